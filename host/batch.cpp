@@ -1,0 +1,224 @@
+// Batch lookups, key plans and plan answers.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "host/nvtx.hpp"
+#include "host/parallel.hpp"
+#include "host/probes.hpp"
+#include "prefixhit/coordinator.hpp"
+#include "prefixhit/detail/finders.hpp"
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit {
+
+using detail::floor_div;
+
+void Coordinator::validate_batch(const LookupBatch& batch) const {
+  if (batch.offsets.empty()) {
+    throw InvalidArgument("batch offsets must have num_requests + 1 entries, got none");
+  }
+  const std::size_t r = batch.num_requests();
+  if (batch.offsets[0] != 0) {
+    throw InvalidArgument("batch offsets[0] must be 0, got " + std::to_string(batch.offsets[0]));
+  }
+  for (std::size_t i = 0; i < r; ++i) {
+    if (batch.offsets[i + 1] < batch.offsets[i]) {
+      throw InvalidArgument("batch offsets must not decrease: offsets[" + std::to_string(i + 1) +
+                            "] = " + std::to_string(batch.offsets[i + 1]) + " < offsets[" +
+                            std::to_string(i) + "] = " + std::to_string(batch.offsets[i]));
+    }
+  }
+  if (static_cast<std::size_t>(batch.offsets[r]) != batch.digests.size()) {
+    throw InvalidArgument("batch offsets end at " + std::to_string(batch.offsets[r]) + " but " +
+                          std::to_string(batch.digests.size()) + " digests were given");
+  }
+  if (batch.max_lengths.size() != r) {
+    throw InvalidArgument("batch has " + std::to_string(r) + " requests but " +
+                          std::to_string(batch.max_lengths.size()) + " max_lengths");
+  }
+  if (!batch.apply_eagle.empty() && batch.apply_eagle.size() != r) {
+    throw InvalidArgument("batch has " + std::to_string(r) + " requests but " +
+                          std::to_string(batch.apply_eagle.size()) +
+                          " apply_eagle flags (give one per request, or none)");
+  }
+  for (std::size_t i = 0; i < r; ++i) {
+    const std::int64_t n = batch.offsets[i + 1] - batch.offsets[i];
+    if (!detail::max_length_in_range(plan_, n, batch.max_lengths[i])) {
+      throw InvalidArgument("request " + std::to_string(i) + ": max_length " +
+                            std::to_string(batch.max_lengths[i]) + " is outside [0, " +
+                            std::to_string((n + 1) * plan_.hash_block_size) + ") for " +
+                            std::to_string(n) + " hashes");
+    }
+  }
+}
+
+BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
+                                                       const ExistenceSource& store,
+                                                       const BatchOptions& options) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::find_longest_cache_hits");
+  validate_batch(batch);
+  const std::size_t r = batch.num_requests();
+  const auto g = static_cast<std::size_t>(plan_.num_groups);
+  BatchLookupResult out;
+  out.num_requests = r;
+  out.num_groups = plan_.num_groups;
+  out.hit_lengths.assign(r, 0);
+  out.num_blocks.assign(r * g, 0);
+  out.num_placeholders.assign(r * g, 0);
+  std::vector<ErrorKind> errors(r, ErrorKind::ok);
+
+  // A request of tens of thousands of hashes costs microseconds; small batches stay on the
+  // calling thread, where starting workers would cost more than the lookups.
+  const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 16);
+  detail::parallel_for(r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
+                       [&](std::size_t begin, std::size_t end) {
+    GroupHit spec_hits[kMaxGroups];
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::int64_t off = batch.offsets[i];
+      const std::int64_t n = batch.offsets[i + 1] - off;
+      const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off};
+      const bool apply_eagle = batch.apply_eagle.empty() || batch.apply_eagle[i] != 0;
+      errors[i] = detail::find_longest_cache_hit(plan_, n, batch.max_lengths[i], apply_eagle,
+                                                 probe, spec_hits, out.hit_lengths[i]);
+      for (std::size_t gid = 0; gid < g; ++gid) {
+        const GroupHit& hit = spec_hits[plan_.spec_group_of[gid]];
+        out.num_blocks[i * g + gid] = hit.num_blocks;
+        out.num_placeholders[i * g + gid] = hit.num_placeholders;
+      }
+    }
+  });
+  const auto failed = std::find_if(errors.begin(), errors.end(),
+                                   [](ErrorKind e) { return e != ErrorKind::ok; });
+  if (failed != errors.end()) {
+    const auto index = static_cast<std::size_t>(failed - errors.begin());
+    // Re-run the failing request alone for its full message (errors are rare and config-bound).
+    try {
+      const std::int64_t off = batch.offsets[index];
+      find_longest_cache_hit(
+          batch.digests.subspan(static_cast<std::size_t>(off),
+                                static_cast<std::size_t>(batch.offsets[index + 1] - off)),
+          batch.max_lengths[index], store,
+          batch.apply_eagle.empty() || batch.apply_eagle[index] != 0);
+    } catch (const Error& e) {
+      throw_error(e.kind(), "request " + std::to_string(index) + ": " + e.what());
+    }
+    throw_error(*failed, "request " + std::to_string(index) + ": " + to_string(*failed));
+  }
+  return out;
+}
+
+LookupResult BatchLookupResult::request(std::size_t r) const {
+  if (r >= num_requests) {
+    throw InvalidArgument("request " + std::to_string(r) + " is out of range (batch of " +
+                          std::to_string(num_requests) + ")");
+  }
+  const auto g = static_cast<std::size_t>(num_groups);
+  LookupResult result;
+  result.hit_length = hit_lengths[r];
+  result.groups.resize(g);
+  for (std::size_t gid = 0; gid < g; ++gid) {
+    result.groups[gid] = GroupHit{num_blocks[r * g + gid], num_placeholders[r * g + gid]};
+  }
+  return result;
+}
+
+KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_length) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::key_plan");
+  const auto n = static_cast<std::int64_t>(hashes.size());
+  if (!detail::max_length_in_range(plan_, n, max_length)) {
+    throw InvalidArgument("key_plan: max_length " + std::to_string(max_length) +
+                          " is outside [0, " + std::to_string((n + 1) * plan_.hash_block_size) +
+                          ") for " + std::to_string(n) + " hashes");
+  }
+  KeyPlan plan;
+  plan.num_hashes = n;
+  const std::int64_t h = plan_.hash_block_size;
+  const std::int64_t a = plan_.alignment;
+  auto add = [&](int group_id, std::int64_t index) {
+    plan.group_ids.push_back(group_id);
+    plan.hash_indices.push_back(index);
+    plan.keys.push_back(hashes[static_cast<std::size_t>(index)]);
+  };
+  for (int k = 0; k < plan_.num_spec_groups; ++k) {
+    const detail::SpecGroupPlan& sg = plan_.spec_groups[k];
+    const std::int64_t b = sg.block_size;
+    const std::int64_t s = b / h;
+    const std::int64_t blocks = std::min(floor_div(max_length, b), n / s);
+    // Fine-grained probes (partial hits) read every raw hash below the bound.
+    const bool fine = a < b && (sg.finder == FinderKind::full_attention ||
+                                sg.finder == FinderKind::mamba);
+    std::int64_t first_block = 0;
+    std::int64_t per = 0;
+    std::int64_t need = 0;
+    std::int64_t shift = 0;
+    if (sg.finder == FinderKind::chunked_local && max_length > 0) {
+      first_block = floor_div(floor_div(max_length, sg.chunk_size) * sg.chunk_size, b);
+    }
+    for (int m = 0; m < sg.num_members; ++m) {
+      const int gid = plan_.members[sg.first_member + m];
+      if (fine) {
+        const std::int64_t top = std::min(floor_div(max_length, a), n);
+        for (std::int64_t f = 0; f < top; ++f) {
+          add(gid, f);
+        }
+        continue;
+      }
+      if (sg.finder == FinderKind::sliding_window) {
+        // The lookup mask's pattern (R = null: segments of S).
+        shift = std::binary_search(eagle_group_ids_.begin(), eagle_group_ids_.end(), gid) ? 1 : 0;
+        need = detail::ceil_div(sg.window - 1, b) + shift;
+        per = floor_div(plan_.scheduler_block_size, b);
+      }
+      for (std::int64_t j = first_block; j < blocks; ++j) {
+        if (per > 0 && need < per &&
+            (j < shift || detail::floor_mod(j - shift, per) < per - need)) {
+          continue;
+        }
+        add(gid, (j + 1) * s - 1);
+      }
+      per = 0;
+    }
+  }
+  return plan;
+}
+
+PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, int num_groups)
+    : num_hashes_(plan.num_hashes), num_groups_(num_groups) {
+  if (present.size() != plan.size()) {
+    throw InvalidArgument("plan answers: " + std::to_string(present.size()) +
+                          " answers for a plan of " + std::to_string(plan.size()) + " keys");
+  }
+  if (num_groups <= 0 || num_groups > kMaxGroups) {
+    throw InvalidArgument("plan answers: num_groups must be in [1, " +
+                          std::to_string(kMaxGroups) + "]");
+  }
+  table_.assign(static_cast<std::size_t>(num_groups) * static_cast<std::size_t>(num_hashes_), 0);
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const std::int32_t gid = plan.group_ids[i];
+    const std::int64_t idx = plan.hash_indices[i];
+    if (gid < 0 || gid >= num_groups || idx < 0 || idx >= num_hashes_) {
+      throw InvalidArgument("plan answers: entry " + std::to_string(i) +
+                            " names group or hash index outside the plan");
+    }
+    table_[static_cast<std::size_t>(gid * num_hashes_ + idx)] = present[i] != 0 ? 1 : 0;
+  }
+}
+
+std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* /*hashes*/, std::int64_t first,
+                                 std::int64_t step, int count) const {
+  if (group_id < 0 || group_id >= num_groups_) {
+    return 0;
+  }
+  std::uint64_t bits = 0;
+  const std::uint8_t* row = table_.data() + static_cast<std::ptrdiff_t>(group_id) * num_hashes_;
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t idx = first + k * step;
+    if (idx >= 0 && idx < num_hashes_ && row[idx] != 0) {
+      bits |= std::uint64_t{1} << k;
+    }
+  }
+  return bits;
+}
+
+}  // namespace prefixhit

@@ -1,0 +1,236 @@
+// Value types: digests, kinds, spec equality, result expansion, typed errors.
+#include <string>
+
+#include "prefixhit/errors.hpp"
+#include "prefixhit/types.hpp"
+
+namespace prefixhit {
+
+namespace {
+
+int hex_value(char c) noexcept {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+}  // namespace
+
+BlockDigest BlockDigest::from_hex(std::string_view hex) {
+  if (hex.size() != 2 * kSize) {
+    throw InvalidArgument("block digest must be 64 hex digits (32 bytes), got " +
+                          std::to_string(hex.size()) + " characters");
+  }
+  BlockDigest digest;
+  for (std::size_t i = 0; i < kSize; ++i) {
+    const int hi = hex_value(hex[2 * i]);
+    const int lo = hex_value(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      throw InvalidArgument("block digest has a non-hex character at position " +
+                            std::to_string(hi < 0 ? 2 * i : 2 * i + 1));
+    }
+    digest.bytes[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+  }
+  return digest;
+}
+
+BlockDigest BlockDigest::from_bytes(const std::uint8_t* data, std::size_t size) {
+  if (size != kSize) {
+    throw InvalidArgument("block digest must be 32 bytes, got " + std::to_string(size));
+  }
+  BlockDigest digest;
+  for (std::size_t i = 0; i < kSize; ++i) {
+    digest.bytes[i] = data[i];
+  }
+  return digest;
+}
+
+std::string BlockDigest::to_hex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * kSize, '0');
+  for (std::size_t i = 0; i < kSize; ++i) {
+    out[2 * i] = kDigits[bytes[i] >> 4];
+    out[2 * i + 1] = kDigits[bytes[i] & 15];
+  }
+  return out;
+}
+
+const char* to_string(GroupKind kind) noexcept {
+  switch (kind) {
+    case GroupKind::full_attention:
+      return "full_attention";
+    case GroupKind::mla_attention:
+      return "mla_attention";
+    case GroupKind::sliding_window:
+      return "sliding_window";
+    case GroupKind::sliding_window_mla:
+      return "sliding_window_mla";
+    case GroupKind::chunked_local:
+      return "chunked_local";
+    case GroupKind::mamba:
+      return "mamba";
+  }
+  return "unknown";
+}
+
+const char* to_string(MambaCacheMode mode) noexcept {
+  switch (mode) {
+    case MambaCacheMode::none:
+      return "none";
+    case MambaCacheMode::align:
+      return "align";
+    case MambaCacheMode::all:
+      return "all";
+  }
+  return "unknown";
+}
+
+GroupKind parse_group_kind(std::string_view name) {
+  for (GroupKind kind : {GroupKind::full_attention, GroupKind::mla_attention,
+                         GroupKind::sliding_window, GroupKind::sliding_window_mla,
+                         GroupKind::chunked_local, GroupKind::mamba}) {
+    if (name == to_string(kind)) {
+      return kind;
+    }
+  }
+  throw InvalidArgument("unknown group kind '" + std::string(name) +
+                        "' (expected full_attention, mla_attention, sliding_window, "
+                        "sliding_window_mla, chunked_local or mamba)");
+}
+
+MambaCacheMode parse_mamba_cache_mode(std::string_view name) {
+  for (MambaCacheMode mode : {MambaCacheMode::none, MambaCacheMode::align, MambaCacheMode::all}) {
+    if (name == to_string(mode)) {
+      return mode;
+    }
+  }
+  throw InvalidArgument("unknown mamba_cache_mode '" + std::string(name) +
+                        "' (expected none, align or all)");
+}
+
+bool GroupSpec::same_spec(const GroupSpec& other) const noexcept {
+  return kind == other.kind && block_size == other.block_size &&
+         num_kv_heads == other.num_kv_heads && head_size == other.head_size &&
+         dtype == other.dtype && sliding_window == other.sliding_window &&
+         attention_chunk_size == other.attention_chunk_size &&
+         mamba_cache_mode == other.mamba_cache_mode && state_dim == other.state_dim;
+}
+
+namespace {
+GroupSpec attention_spec(GroupKind kind, std::int64_t block_size, bool eagle,
+                         std::int64_t num_kv_heads, std::int64_t head_size) {
+  GroupSpec spec;
+  spec.kind = kind;
+  spec.block_size = block_size;
+  spec.eagle = eagle;
+  spec.num_kv_heads = num_kv_heads;
+  spec.head_size = head_size;
+  spec.dtype = "bfloat16";
+  return spec;
+}
+}  // namespace
+
+GroupSpec GroupSpec::full_attention(std::int64_t block_size, bool eagle) {
+  return attention_spec(GroupKind::full_attention, block_size, eagle, 8, 128);
+}
+
+GroupSpec GroupSpec::mla_attention(std::int64_t block_size, bool eagle) {
+  return attention_spec(GroupKind::mla_attention, block_size, eagle, 1, 512);
+}
+
+GroupSpec GroupSpec::sliding_window_attention(std::int64_t block_size, std::int64_t window,
+                                              bool eagle) {
+  GroupSpec spec = attention_spec(GroupKind::sliding_window, block_size, eagle, 8, 128);
+  spec.sliding_window = window;
+  return spec;
+}
+
+GroupSpec GroupSpec::sliding_window_mla(std::int64_t block_size, std::int64_t window, bool eagle) {
+  GroupSpec spec = attention_spec(GroupKind::sliding_window_mla, block_size, eagle, 1, 512);
+  spec.sliding_window = window;
+  return spec;
+}
+
+GroupSpec GroupSpec::chunked_local(std::int64_t block_size, std::int64_t chunk_size, bool eagle) {
+  GroupSpec spec = attention_spec(GroupKind::chunked_local, block_size, eagle, 8, 128);
+  spec.attention_chunk_size = chunk_size;
+  return spec;
+}
+
+GroupSpec GroupSpec::mamba(std::int64_t block_size, MambaCacheMode mode, bool eagle) {
+  GroupSpec spec;
+  spec.kind = GroupKind::mamba;
+  spec.block_size = block_size;
+  spec.eagle = eagle;
+  spec.mamba_cache_mode = mode;
+  spec.state_dim = 1;
+  return spec;
+}
+
+std::vector<bool> LookupResult::mask(int group_id) const {
+  if (group_id < 0 || static_cast<std::size_t>(group_id) >= groups.size()) {
+    throw InvalidArgument("group id " + std::to_string(group_id) + " is not in this result (" +
+                          std::to_string(groups.size()) + " groups)");
+  }
+  const GroupHit& hit = groups[static_cast<std::size_t>(group_id)];
+  std::vector<bool> out(static_cast<std::size_t>(hit.num_blocks), true);
+  for (std::int64_t i = 0; i < hit.num_placeholders; ++i) {
+    out[static_cast<std::size_t>(i)] = false;
+  }
+  return out;
+}
+
+std::vector<std::vector<bool>> LookupResult::masks() const {
+  std::vector<std::vector<bool>> out;
+  out.reserve(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    out.push_back(mask(static_cast<int>(g)));
+  }
+  return out;
+}
+
+bool ChunkMask::contains(std::int64_t chunk) const noexcept {
+  if (chunk < first_chunk || chunk >= end_chunk) {
+    return false;
+  }
+  return !keep.has_value() || (*keep)[static_cast<std::size_t>(chunk - first_chunk)] != 0;
+}
+
+void throw_error(ErrorKind kind, const std::string& message) {
+  switch (kind) {
+    case ErrorKind::invalid_config:
+      throw InvalidConfig(message);
+    case ErrorKind::unaligned_length:
+      throw UnalignedLength(message);
+    case ErrorKind::unsupported_eagle_chunked_local:
+      throw UnsupportedEagleChunkedLocal(message);
+    case ErrorKind::unsupported_alignment_chunked_local:
+      throw UnsupportedAlignmentChunkedLocal(message);
+    case ErrorKind::unsupported_alignment_sliding_window:
+      throw UnsupportedAlignmentSlidingWindow(message);
+    case ErrorKind::invalid_argument:
+      throw InvalidArgument(message);
+    case ErrorKind::capacity_exceeded:
+      throw CapacityExceeded(message);
+    case ErrorKind::io_error:
+      throw IoError(message);
+    case ErrorKind::format_error:
+      throw FormatError(message);
+    case ErrorKind::cuda_error:
+      throw CudaError(message);
+    case ErrorKind::unavailable:
+      throw Unavailable(message);
+    case ErrorKind::ok:
+      break;
+  }
+  throw Error(kind, message);
+}
+
+}  // namespace prefixhit

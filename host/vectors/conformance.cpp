@@ -1,0 +1,409 @@
+// Conformance-vector runner: every case, every op, compared bit for bit.
+#include "host/vectors/conformance.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "prefixhit/errors.hpp"
+
+#ifndef PREFIXHIT_DEFAULT_VECTORS_DIR
+#define PREFIXHIT_DEFAULT_VECTORS_DIR "../shared/conformance/vectors"
+#endif
+
+namespace prefixhit::conformance {
+
+using nlohmann::json;
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  LookupResult find_longest_cache_hit(const Coordinator& coordinator,
+                                      span<const BlockDigest> hashes, std::int64_t max_length,
+                                      const KeySet& store, bool apply_eagle) override {
+    return coordinator.find_longest_cache_hit(hashes, max_length, store, apply_eagle);
+  }
+  LookupResult load_mask(const Coordinator& coordinator, span<const BlockDigest> hashes,
+                         std::int64_t token_len) override {
+    return coordinator.load_mask(hashes, token_len);
+  }
+};
+
+std::string clip(const std::string& text, std::size_t limit = 600) {
+  if (text.size() <= limit) {
+    return text;
+  }
+  return text.substr(0, limit) + "... (" + std::to_string(text.size()) + " chars)";
+}
+
+std::int64_t get_int(const json& object, const char* key) {
+  const json& value = object.at(key);
+  if (!value.is_number_integer()) {
+    throw FormatError(std::string("field '") + key + "' must be an integer, got " + value.dump());
+  }
+  return value.get<std::int64_t>();
+}
+
+std::optional<std::int64_t> get_optional_int(const json& object, const char* key) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (!it->is_number_integer()) {
+    throw FormatError(std::string("field '") + key + "' must be an integer or null, got " +
+                      it->dump());
+  }
+  return it->get<std::int64_t>();
+}
+
+bool get_bool(const json& object, const char* key) {
+  const json& value = object.at(key);
+  if (!value.is_boolean()) {
+    throw FormatError(std::string("field '") + key + "' must be a boolean, got " + value.dump());
+  }
+  return value.get<bool>();
+}
+
+std::string get_string(const json& object, const char* key) {
+  const json& value = object.at(key);
+  if (!value.is_string()) {
+    throw FormatError(std::string("field '") + key + "' must be a string, got " + value.dump());
+  }
+  return value.get<std::string>();
+}
+
+json lookup_masks_json(const LookupResult& result) {
+  json masks = json::array();
+  for (const GroupHit& hit : result.groups) {
+    json list = json::array();
+    for (std::int64_t i = 0; i < hit.num_blocks; ++i) {
+      list.push_back(i >= hit.num_placeholders);
+    }
+    masks.push_back(std::move(list));
+  }
+  return masks;
+}
+
+json chunk_masks_json(const std::vector<ChunkMask>& masks) {
+  json out = json::array();
+  for (const ChunkMask& mask : masks) {
+    if (mask.is_all()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json list = json::array();
+    for (std::uint8_t keep : *mask.keep) {
+      list.push_back(keep != 0);
+    }
+    out.push_back(std::move(list));
+  }
+  return out;
+}
+
+json error_json(const Error& e) { return json{{"error", to_string(e.kind())}}; }
+
+/// Whether the actual value matches what the vector expects. Errors match on the kind alone.
+bool matches(const json& expect, const json& actual) {
+  if (expect.is_object() && expect.contains("error")) {
+    return actual.is_object() && actual.contains("error") && actual["error"] == expect["error"];
+  }
+  if (actual.is_object() && actual.contains("error")) {
+    return false;
+  }
+  for (const auto& [key, value] : expect.items()) {
+    if (!actual.contains(key) || actual.at(key) != value) {
+      return false;
+    }
+  }
+  return true;
+}
+
+json run_op(const json& op, const Coordinator& coordinator, const std::vector<BlockDigest>& hashes,
+            Backend& backend) {
+  const std::string kind = get_string(op, "op");
+  try {
+    if (kind == "find_longest_cache_hit") {
+      KeySet store;
+      for (const json& entry : op.at("exists")) {
+        if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_integer() ||
+            !entry[1].is_string()) {
+          throw FormatError("exists entries must be [group_id, \"hex\"], got " + entry.dump());
+        }
+        store.insert(entry[0].get<int>(), parse_vector_digest(entry[1].get<std::string>()));
+      }
+      const LookupResult result = backend.find_longest_cache_hit(
+          coordinator, hashes, get_int(op, "max_length"), store, get_bool(op, "apply_eagle"));
+      return json{{"hit_length", result.hit_length}, {"masks", lookup_masks_json(result)}};
+    }
+    if (kind == "load_mask") {
+      const LookupResult result = backend.load_mask(coordinator, hashes, get_int(op, "token_len"));
+      return json{{"masks", lookup_masks_json(result)}};
+    }
+    if (kind == "store_mask") {
+      return json{{"masks", chunk_masks_json(coordinator.store_mask(
+                                get_int(op, "aligned_token_len"), get_int(op, "start_token"),
+                                get_optional_int(op, "num_prompt_tokens")))}};
+    }
+    if (kind == "lookup_mask") {
+      return json{
+          {"masks", chunk_masks_json(coordinator.lookup_mask(get_int(op, "aligned_token_len")))}};
+    }
+    if (kind == "align_lookup_length") {
+      return json{{"length", coordinator.align_lookup_length(get_int(op, "length"))}};
+    }
+    if (kind == "chunk_keys") {
+      json keys = json::array();
+      for (const BlockDigest& key : coordinator.chunk_keys(hashes, get_int(op, "block_size"))) {
+        keys.push_back(key.to_hex());
+      }
+      return json{{"keys", std::move(keys)}};
+    }
+  } catch (const FormatError&) {
+    throw;
+  } catch (const Error& e) {
+    return error_json(e);
+  }
+  throw FormatError("unknown op '" + kind + "'");
+}
+
+/// Expected chunk keys are padded like the hashes, so 4-byte toy keys compare equal.
+json normalise_expect(const std::string& kind, const json& expect) {
+  if (kind != "chunk_keys" || !expect.contains("keys")) {
+    return expect;
+  }
+  json out = expect;
+  for (json& key : out["keys"]) {
+    key = parse_vector_digest(key.get<std::string>()).to_hex();
+  }
+  return out;
+}
+
+std::string describe_op(const json& op) {
+  json params = op;
+  params.erase("expect");
+  params.erase("exists");
+  return params.dump();
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "cpu") {
+    return make_cpu_backend();
+  }
+  if (name == "gpu") {
+    return make_gpu_backend();
+  }
+  throw InvalidArgument("unknown backend '" + name + "' (expected cpu or gpu)");
+}
+
+std::size_t FileResult::passed() const {
+  return static_cast<std::size_t>(
+      std::count_if(cases.begin(), cases.end(), [](const CaseResult& c) { return c.passed; }));
+}
+
+BlockDigest parse_vector_digest(const std::string& hex) {
+  if (hex.size() == 2 * BlockDigest::kSize) {
+    return BlockDigest::from_hex(hex);
+  }
+  if (hex.size() == 8) {
+    // The vLLM unit test's toy 4-byte hashes, zero-padded to a full digest.
+    return BlockDigest::from_hex(hex + std::string(2 * BlockDigest::kSize - 8, '0'));
+  }
+  throw FormatError("digest '" + clip(hex, 80) + "' must be 64 hex digits (or 8 for toy hashes)");
+}
+
+GroupSpec parse_group_spec(const json& group) {
+  if (!group.is_object()) {
+    throw FormatError("a group must be an object, got " + clip(group.dump(), 80));
+  }
+  GroupSpec spec;
+  spec.kind = parse_group_kind(get_string(group, "kind"));
+  spec.block_size = get_int(group, "block_size");
+  spec.eagle = group.contains("eagle") && get_bool(group, "eagle");
+  for (const auto& [key, value] : group.items()) {
+    if (key == "kind" || key == "block_size" || key == "eagle") {
+      continue;
+    }
+    if (key == "num_kv_heads") {
+      spec.num_kv_heads = get_int(group, "num_kv_heads");
+    } else if (key == "head_size") {
+      spec.head_size = get_int(group, "head_size");
+    } else if (key == "dtype") {
+      spec.dtype = get_string(group, "dtype");
+    } else if (key == "sliding_window") {
+      spec.sliding_window = get_optional_int(group, "sliding_window");
+    } else if (key == "attention_chunk_size") {
+      spec.attention_chunk_size = get_optional_int(group, "attention_chunk_size");
+    } else if (key == "mamba_cache_mode") {
+      spec.mamba_cache_mode = parse_mamba_cache_mode(get_string(group, "mamba_cache_mode"));
+    } else if (key == "state_dim") {
+      spec.state_dim = get_int(group, "state_dim");
+    } else {
+      throw FormatError("unknown group field '" + key + "' in " + clip(group.dump(), 200));
+    }
+  }
+  return spec;
+}
+
+Config parse_config(const json& config) {
+  try {
+    if (!config.is_object()) {
+      throw FormatError("config must be an object");
+    }
+    Config out;
+    out.hash_block_size = get_int(config, "hash_block_size");
+    out.scheduler_block_size = get_int(config, "scheduler_block_size");
+    out.use_eagle = get_bool(config, "use_eagle");
+    out.retention_interval = get_optional_int(config, "retention_interval");
+    const json& groups = config.at("groups");
+    if (!groups.is_array()) {
+      throw FormatError("config.groups must be a list");
+    }
+    for (const json& group : groups) {
+      out.groups.push_back(parse_group_spec(group));
+    }
+    return out;
+  } catch (const json::exception& e) {
+    throw FormatError(std::string("malformed config: ") + e.what());
+  } catch (const InvalidArgument& e) {
+    throw FormatError(std::string("malformed config: ") + e.what());
+  }
+}
+
+CaseResult run_case(const json& test_case, Backend& backend) {
+  CaseResult result;
+  try {
+    result.name = test_case.contains("name") && test_case["name"].is_string()
+                      ? test_case["name"].get<std::string>()
+                      : std::string("<unnamed>");
+    const json& expect_config = test_case.at("expect_config");
+    const Config config = parse_config(test_case.at("config"));
+    std::optional<Coordinator> coordinator;
+    try {
+      coordinator.emplace(config);
+    } catch (const Error& e) {
+      if (expect_config.contains("error") && expect_config["error"] == to_string(e.kind())) {
+        result.passed = true;
+        return result;
+      }
+      result.detail = "config: expected " + clip(expect_config.dump()) + ", got error " +
+                      to_string(e.kind()) + ": " + e.what();
+      return result;
+    }
+    if (expect_config.contains("error")) {
+      result.detail = "config: expected error " + expect_config["error"].dump() +
+                      ", but construction succeeded";
+      return result;
+    }
+    json spec_groups = json::array();
+    for (const SpecGroup& sg : coordinator->spec_groups()) {
+      spec_groups.push_back(json::array({sg.group_ids, sg.use_eagle}));
+    }
+    const json actual_config = {{"eagle_group_ids", coordinator->eagle_group_ids()},
+                                {"spec_groups", spec_groups},
+                                {"enable_partial_hash_hits", coordinator->enable_partial_hash_hits()},
+                                {"lookup_alignment", coordinator->lookup_alignment()}};
+    if (!matches(expect_config, actual_config)) {
+      result.detail = "config: expected " + clip(expect_config.dump()) + ", got " +
+                      clip(actual_config.dump());
+      return result;
+    }
+    std::vector<BlockDigest> hashes;
+    if (test_case.contains("hashes")) {
+      for (const json& hex : test_case["hashes"]) {
+        hashes.push_back(parse_vector_digest(hex.get<std::string>()));
+      }
+    }
+    const json& ops = test_case.at("ops");
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const json& op = ops[i];
+      const json expect = normalise_expect(get_string(op, "op"), op.at("expect"));
+      const json actual = run_op(op, *coordinator, hashes, backend);
+      if (!matches(expect, actual)) {
+        result.detail = "op " + std::to_string(i) + " " + clip(describe_op(op), 300) +
+                        ": expected " + clip(expect.dump()) + ", got " + clip(actual.dump());
+        return result;
+      }
+    }
+    result.passed = true;
+  } catch (const std::exception& e) {
+    result.passed = false;
+    result.detail = std::string("malformed case: ") + e.what();
+  }
+  return result;
+}
+
+json parse_document(const std::string& text, const std::string& origin) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    throw FormatError(origin + ": not valid JSON: " + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("cases") || !doc["cases"].is_array()) {
+    throw FormatError(origin + ": not a conformance document (needs an object with a 'cases' list)");
+  }
+  if (doc.contains("format") && doc["format"] != "prefixhit-conformance/1") {
+    throw FormatError(origin + ": unsupported format " + clip(doc["format"].dump(), 80) +
+                      " (expected \"prefixhit-conformance/1\")");
+  }
+  return doc;
+}
+
+FileResult run_file(const std::string& path, Backend& backend) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw IoError("cannot open vector file '" + path + "'");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const json doc = parse_document(text.str(), path);
+  FileResult out;
+  out.path = path;
+  out.family = doc.value("family", std::filesystem::path(path).stem().string());
+  out.cases.reserve(doc["cases"].size());
+  for (const json& test_case : doc["cases"]) {
+    out.cases.push_back(run_case(test_case, backend));
+  }
+  return out;
+}
+
+std::vector<std::string> collect_vector_files(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(path)) {
+        if (entry.is_regular_file() && entry.path().extension() == ".json") {
+          found.push_back(entry.path().string());
+        }
+      }
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::is_regular_file(path, ec)) {
+      files.push_back(path);
+    } else {
+      throw IoError("no such vector file or folder: '" + path + "'");
+    }
+  }
+  return files;
+}
+
+std::string default_vectors_dir() {
+  if (const char* env = std::getenv("PREFIXHIT_VECTORS"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return PREFIXHIT_DEFAULT_VECTORS_DIR;
+}
+
+}  // namespace prefixhit::conformance

@@ -1,0 +1,355 @@
+// The per-kind longest-hit finders and the coordinator's fixed point (SEMANTICS.md 4 and 5),
+// written once for host and device.
+//
+// A finder never sees the store directly. It asks a Probe for the existence bits of a run of hash
+// indices, `first, first+step, ...` (step may be negative), at most 64 at a time:
+//
+//   struct Probe {
+//     static constexpr int kFirstWindow = ...;  // bits asked for by the first refill
+//     static constexpr int kMaxWindow = ...;    // later refills double up to this (<= 64)
+//     // bit k set iff every member of spec group `sg` holds hashes[first + k*step]
+//     PREFIXHIT_HD std::uint64_t window(int sg, std::int64_t first, std::int64_t step,
+//                                       int count) const;
+//   };
+//
+// The CPU backend probes the index one key at a time inside `window`; the CUDA warp backend
+// answers 32 keys with one ballot. Both run this same scan logic over the bits.
+#pragma once
+
+#include <cstdint>
+
+#include "prefixhit/detail/hd.hpp"
+#include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/error_kind.hpp"
+
+namespace prefixhit::detail {
+
+/// Walks the existence bits of `base + k*step` for k = 0, 1, ... < limit, caching one window.
+template <class Probe>
+class ExistenceCursor {
+ public:
+  PREFIXHIT_HD ExistenceCursor(const Probe& probe, int sg, std::int64_t base, std::int64_t step,
+                               std::int64_t limit)
+      : probe_(probe), sg_(sg), base_(base), step_(step), limit_(limit) {}
+
+  /// Whether item k (0 <= k < limit) exists.
+  PREFIXHIT_HD bool at(std::int64_t k) {
+    if (k < window_start_ || k >= window_start_ + window_len_) {
+      refill(k);
+    }
+    return ((bits_ >> (k - window_start_)) & 1U) != 0;
+  }
+
+ private:
+  PREFIXHIT_HD void refill(std::int64_t k) {
+    window_start_ = k;
+    const std::int64_t left = limit_ - k;
+    window_len_ = static_cast<int>(left < next_len_ ? left : next_len_);
+    bits_ = probe_.window(sg_, base_ + k * step_, step_, window_len_);
+    next_len_ = next_len_ * 2 > Probe::kMaxWindow ? Probe::kMaxWindow : next_len_ * 2;
+  }
+
+  const Probe& probe_;
+  int sg_;
+  std::int64_t base_;
+  std::int64_t step_;
+  std::int64_t limit_;
+  std::int64_t window_start_ = 0;
+  int window_len_ = 0;
+  int next_len_ = Probe::kFirstWindow;
+  std::uint64_t bits_ = 0;
+};
+
+/// Removes the last block of a lookup list (placeholders first, then loaded blocks stay a prefix).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE void pop_block(GroupHit& hit) {
+  --hit.num_blocks;
+  hit.num_placeholders = min64(hit.num_placeholders, hit.num_blocks);
+}
+
+/// Keeps only the first `blocks` entries of a lookup list.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int64_t blocks) {
+  hit.num_blocks = min64(hit.num_blocks, blocks);
+  hit.num_placeholders = min64(hit.num_placeholders, hit.num_blocks);
+}
+
+/// Full attention and MLA (SEMANTICS.md 4.1). Returns the hit length in tokens.
+template <class Probe>
+PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, std::int64_t n,
+                                              std::int64_t max_len, bool drop,
+                                              const Probe& probe, GroupHit& out) {
+  const std::int64_t b = plan.spec_groups[sg].block_size;
+  const std::int64_t a = plan.alignment;
+  const std::int64_t h = plan.hash_block_size;
+  const std::int64_t s = b / h;
+  const std::int64_t max_blocks = min64(floor_div(max_len, b), n / s);
+  std::int64_t blocks = 0;
+  if (max_blocks > 0) {
+    ExistenceCursor<Probe> cursor(probe, sg, s - 1, s, max_blocks);
+    while (blocks < max_blocks && cursor.at(blocks)) {
+      ++blocks;
+    }
+  }
+  std::int64_t len = blocks * b;
+  if (a < b) {
+    // Fine-grained phase: one more, partially filled block ending at the last present hash.
+    const std::int64_t sub = b / a;
+    const std::int64_t first = blocks * sub;
+    const std::int64_t top = min64(min64(first + sub - 1, floor_div(max_len, a)), n) - 1;
+    if (top >= first) {
+      ExistenceCursor<Probe> cursor(probe, sg, top, -1, top - first + 1);
+      for (std::int64_t f = top; f >= first; --f) {
+        if (cursor.at(top - f)) {
+          ++blocks;
+          len = (f + 1) * a;
+          break;
+        }
+      }
+    }
+  }
+  if (drop && len > 0) {
+    len -= min64(a, b);
+  }
+  len -= floor_mod(len, a);
+  out.num_blocks = min64(blocks, ceil_div(len, b));
+  out.num_placeholders = 0;
+  return len;
+}
+
+/// Sliding window and sliding-window MLA (SEMANTICS.md 4.2).
+template <class Probe>
+PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::int64_t max_len,
+                                           bool drop, const Probe& probe, GroupHit& out,
+                                           std::int64_t& hit_len) {
+  const SpecGroupPlan& spec = plan.spec_groups[sg];
+  const std::int64_t b = spec.block_size;
+  const std::int64_t a = plan.alignment;
+  if (floor_mod(a, b) != 0) {
+    return ErrorKind::unsupported_alignment_sliding_window;
+  }
+  const std::int64_t s = b / plan.hash_block_size;
+  const std::int64_t need = ceil_div(spec.window - 1, b) + (drop ? 1 : 0);
+  const std::int64_t total = floor_div(max_len, b);
+  out.num_blocks = total;
+  out.num_placeholders = total;
+  std::int64_t run = 0;
+  bool found = false;
+  if (total > 0) {
+    // Scan from the last block down; item k is block total-1-k.
+    ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
+    for (std::int64_t i = total - 1; i >= 0; --i) {
+      if (!cursor.at(total - 1 - i)) {
+        run = 0;
+        continue;
+      }
+      if (run == 0 && b != a) {
+        const std::int64_t edge = drop ? i : i + 1;
+        if (floor_mod(edge * b, a) != 0) {
+          continue;  // a streak starting here would not end on the alignment
+        }
+      }
+      ++run;
+      if (run >= need) {
+        out.num_blocks = i + run;
+        out.num_placeholders = i;
+        found = true;
+        break;
+      }
+    }
+  }
+  if (!found) {
+    // Only a streak that reaches block 0 survives (a prefix shorter than the window).
+    out.num_blocks = run;
+    out.num_placeholders = 0;
+    if (run > 0 && b != a) {
+      while (out.num_blocks > 0 && floor_mod(out.num_blocks * b, a) != 0) {
+        pop_block(out);
+      }
+    }
+  }
+  if (drop && out.num_blocks > 0) {
+    pop_block(out);
+    if (b != a) {
+      while (out.num_blocks > 0 && floor_mod(out.num_blocks * b, a) != 0) {
+        pop_block(out);
+      }
+    }
+  }
+  hit_len = out.num_blocks * b;
+  return ErrorKind::ok;
+}
+
+/// Chunked local attention (SEMANTICS.md 4.3).
+template <class Probe>
+PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::int64_t max_len,
+                                          bool drop, const Probe& probe, GroupHit& out,
+                                          std::int64_t& hit_len) {
+  const SpecGroupPlan& spec = plan.spec_groups[sg];
+  if (drop) {
+    return ErrorKind::unsupported_eagle_chunked_local;
+  }
+  const std::int64_t b = spec.block_size;
+  if (b != plan.alignment) {
+    return ErrorKind::unsupported_alignment_chunked_local;
+  }
+  const std::int64_t s = b / plan.hash_block_size;
+  const std::int64_t start = max_len == 0 ? 0 : floor_div(max_len, spec.chunk_size) * spec.chunk_size;
+  const std::int64_t skipped = floor_div(start, b);
+  const std::int64_t total = floor_div(max_len, b);
+  std::int64_t blocks = skipped;
+  if (total > skipped) {
+    ExistenceCursor<Probe> cursor(probe, sg, (skipped + 1) * s - 1, s, total - skipped);
+    while (blocks < total && cursor.at(blocks - skipped)) {
+      ++blocks;
+    }
+  }
+  out.num_blocks = blocks;
+  out.num_placeholders = skipped;
+  hit_len = blocks * b;
+  return ErrorKind::ok;
+}
+
+/// Mamba (SEMANTICS.md 4.4). Never applies the EAGLE drop. Returns the hit length.
+template <class Probe>
+PREFIXHIT_HD std::int64_t find_mamba(const LookupPlan& plan, int sg, std::int64_t n,
+                                     std::int64_t max_len, const Probe& probe, GroupHit& out) {
+  const std::int64_t b = plan.spec_groups[sg].block_size;
+  const std::int64_t a = plan.alignment;
+  out.num_blocks = 0;
+  out.num_placeholders = 0;
+  if (a < b) {
+    const std::int64_t sub = b / a;
+    const std::int64_t top = min64(floor_div(max_len, a), n) - 1;
+    if (top < 0) {
+      return 0;
+    }
+    ExistenceCursor<Probe> cursor(probe, sg, top, -1, top + 1);
+    for (std::int64_t f = top; f >= 0; --f) {
+      if (cursor.at(top - f)) {
+        out.num_placeholders = floor_div(f, sub);
+        out.num_blocks = out.num_placeholders + 1;
+        return (f + 1) * a;
+      }
+    }
+    return 0;
+  }
+  const std::int64_t s = b / plan.hash_block_size;
+  const std::int64_t total = floor_div(max_len, b);
+  if (total <= 0) {
+    return 0;
+  }
+  ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
+  for (std::int64_t i = total - 1; i >= 0; --i) {
+    if (!cursor.at(total - 1 - i)) {
+      continue;
+    }
+    if (b != a && floor_mod((i + 1) * b, a) != 0) {
+      continue;
+    }
+    out.num_placeholders = i;
+    out.num_blocks = i + 1;
+    return (i + 1) * b;
+  }
+  return 0;
+}
+
+/// Runs spec group `sg`'s finder with bound `max_len`.
+template <class Probe>
+PREFIXHIT_HD ErrorKind run_finder(const LookupPlan& plan, int sg, std::int64_t n,
+                                  std::int64_t max_len, bool drop, const Probe& probe,
+                                  GroupHit& out, std::int64_t& hit_len) {
+  switch (plan.spec_groups[sg].finder) {
+    case FinderKind::full_attention:
+      hit_len = find_full_attention(plan, sg, n, max_len, drop, probe, out);
+      return ErrorKind::ok;
+    case FinderKind::sliding_window:
+      return find_sliding_window(plan, sg, max_len, drop, probe, out, hit_len);
+    case FinderKind::chunked_local:
+      return find_chunked_local(plan, sg, max_len, drop, probe, out, hit_len);
+    case FinderKind::mamba:
+      hit_len = find_mamba(plan, sg, n, max_len, probe, out);
+      return ErrorKind::ok;
+  }
+  return ErrorKind::invalid_config;
+}
+
+/// Whether `max_len` is a length the finders may be asked about: 0 <= max_len < (n+1)*H.
+/// Past that bound the window and Mamba finders would read beyond the hash list.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool max_length_in_range(const LookupPlan& plan, std::int64_t n,
+                                                            std::int64_t max_len) {
+  return n >= 0 && max_len >= 0 && max_len < (n + 1) * plan.hash_block_size;
+}
+
+/// The coordinator lookup (SEMANTICS.md 5): one spec group directly, several by the fixed point.
+/// `hits` receives one GroupHit per spec group (all members of a spec group share it).
+template <class Probe>
+PREFIXHIT_HD ErrorKind find_longest_cache_hit(const LookupPlan& plan, std::int64_t n,
+                                              std::int64_t max_length, bool apply_eagle,
+                                              const Probe& probe, GroupHit* hits,
+                                              std::int64_t& hit_length) {
+  hit_length = 0;
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    hits[k] = GroupHit{};
+  }
+  if (!max_length_in_range(plan, n, max_length)) {
+    return ErrorKind::invalid_argument;
+  }
+  if (plan.num_spec_groups == 1) {
+    const bool drop = apply_eagle && plan.spec_groups[0].use_eagle;
+    return run_finder(plan, 0, n, max_length, drop, probe, hits[0], hit_length);
+  }
+
+  const bool simple = plan.num_spec_groups == 2 && plan.spec_groups[0].is_full_attention;
+  std::int64_t len = max_length;
+  std::uint32_t evaluated = 0;  // full-attention spec groups whose lists are set
+  std::uint32_t verified = 0;
+  std::int64_t full_len[kMaxGroups];  // hit length of each evaluated full-attention spec group
+  for (;;) {
+    std::int64_t cur = len;
+    for (int k = 0; k < plan.num_spec_groups; ++k) {
+      const SpecGroupPlan& spec = plan.spec_groups[k];
+      const std::uint32_t bit = 1U << k;
+      if (spec.is_full_attention && (evaluated & bit) != 0) {
+        // Full attention is evaluated once; afterwards it only caps the candidate.
+        cur = min64(cur, full_len[k]);
+        continue;
+      }
+      const bool drop = apply_eagle && spec.use_eagle && (verified & bit) == 0;
+      std::int64_t bound = cur;
+      if (drop && spec.finder != FinderKind::mamba) {
+        const bool fine = plan.partial && spec.finder == FinderKind::full_attention &&
+                          spec.block_size > plan.hash_block_size;
+        const std::int64_t margin = fine ? plan.hash_block_size : spec.block_size;
+        bound = min64(cur + margin, max_length);
+      }
+      std::int64_t found = 0;
+      const ErrorKind err = run_finder(plan, k, n, bound, drop, probe, hits[k], found);
+      if (err != ErrorKind::ok) {
+        return err;
+      }
+      if (spec.is_full_attention) {
+        evaluated |= bit;
+        full_len[k] = found;
+      }
+      if (drop) {
+        verified |= bit;
+      } else if (found < cur) {
+        verified = 0;
+      }
+      cur = found;
+    }
+    if (cur >= len) {
+      break;
+    }
+    len = cur;
+    if (simple) {
+      break;
+    }
+  }
+  if (plan.spec_groups[0].is_full_attention) {
+    truncate_blocks(hits[0], ceil_div(len, plan.spec_groups[0].block_size));
+  }
+  hit_length = len;
+  return ErrorKind::ok;
+}
+
+}  // namespace prefixhit::detail

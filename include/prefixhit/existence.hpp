@@ -1,0 +1,50 @@
+// Existence sources: where a lookup learns which (group id, key) pairs the store holds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "prefixhit/types.hpp"
+
+namespace prefixhit {
+
+/// The store as a lookup sees it. Implementations: KeySet (a caller-supplied set), the resident
+/// BlockIndex (through BlockIndex::view) and PlanAnswers (a remote store's batch answer).
+class ExistenceSource {
+ public:
+  virtual ~ExistenceSource() = default;
+
+  /// Bit k (k < count <= 64) of the result is set iff (group_id, hashes[first + k*step]) is
+  /// present. `hashes` is the request's whole hash list; every index asked for is inside it.
+  virtual std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                              std::int64_t step, int count) const = 0;
+};
+
+/// A caller-supplied set of (group id, key) pairs: the store content of a conformance vector, or
+/// a runtime's own view of its store. Any group id is accepted; ids outside the configuration
+/// simply never match.
+class KeySet final : public ExistenceSource {
+ public:
+  KeySet();
+  ~KeySet() override;
+  KeySet(KeySet&&) noexcept;
+  KeySet& operator=(KeySet&&) noexcept;
+  KeySet(const KeySet&) = delete;
+  KeySet& operator=(const KeySet&) = delete;
+
+  /// Adds one pair; returns false if it was already present.
+  bool insert(int group_id, const BlockDigest& key);
+  bool contains(int group_id, const BlockDigest& key) const;
+  std::size_t size() const noexcept;
+  void clear() noexcept;
+
+  std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                      std::int64_t step, int count) const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prefixhit

@@ -1,0 +1,156 @@
+// Public value types of prefixhit: digests, group specs, configuration and results.
+// C++17, so that runtimes and .cu files built as C++17 can include it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/error_kind.hpp"
+
+namespace prefixhit {
+
+/// A minimal contiguous view (std::span is C++20; the API stays C++17).
+template <class T>
+class span {
+ public:
+  constexpr span() noexcept = default;
+  constexpr span(T* data, std::size_t size) noexcept : data_(data), size_(size) {}
+  template <class C, class = std::enable_if_t<std::is_convertible_v<
+                         decltype(std::declval<C&>().data()), T*>>>
+  constexpr span(C& container) noexcept  // NOLINT(google-explicit-constructor)
+      : data_(container.data()), size_(container.size()) {}
+  template <class U, class = std::enable_if_t<std::is_same_v<const U, T>>>
+  constexpr span(span<U> other) noexcept  // NOLINT(google-explicit-constructor)
+      : data_(other.data()), size_(other.size()) {}
+
+  constexpr T* data() const noexcept { return data_; }
+  constexpr std::size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  constexpr T* begin() const noexcept { return data_; }
+  constexpr T* end() const noexcept { return data_ + size_; }
+  constexpr span subspan(std::size_t offset, std::size_t count) const noexcept {
+    return span(data_ + offset, count);
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// A 32-byte block digest: SHA-256 chained over the prompt, one per hash block.
+struct alignas(8) BlockDigest {
+  static constexpr std::size_t kSize = 32;
+  std::array<std::uint8_t, kSize> bytes{};
+
+  /// Parses 64 hex digits; throws InvalidArgument naming the problem otherwise.
+  static BlockDigest from_hex(std::string_view hex);
+  /// Copies exactly 32 bytes; throws InvalidArgument for any other length.
+  static BlockDigest from_bytes(const std::uint8_t* data, std::size_t size);
+  std::string to_hex() const;
+
+  friend bool operator==(const BlockDigest& a, const BlockDigest& b) noexcept {
+    return a.bytes == b.bytes;
+  }
+  friend bool operator!=(const BlockDigest& a, const BlockDigest& b) noexcept { return !(a == b); }
+  friend bool operator<(const BlockDigest& a, const BlockDigest& b) noexcept {
+    return a.bytes < b.bytes;
+  }
+};
+static_assert(sizeof(BlockDigest) == 32, "BlockDigest must be exactly 32 bytes");
+
+/// The spec kinds of SEMANTICS.md 2 and 9.2. Kinds that share a finder never merge.
+enum class GroupKind : std::uint8_t {
+  full_attention,
+  mla_attention,
+  sliding_window,
+  sliding_window_mla,
+  chunked_local,
+  mamba,
+};
+
+/// Mamba state caching mode; `align` with block_size > H turns on partial hash hits.
+enum class MambaCacheMode : std::uint8_t { none, align, all };
+
+const char* to_string(GroupKind kind) noexcept;
+const char* to_string(MambaCacheMode mode) noexcept;
+/// Parses a kind name ("full_attention", ...); throws InvalidArgument for an unknown name.
+GroupKind parse_group_kind(std::string_view name);
+MambaCacheMode parse_mamba_cache_mode(std::string_view name);
+
+/// One KV-cache group's spec. Every field except `eagle` takes part in spec equality, so two
+/// groups merge into one spec group only when all of them agree (SEMANTICS.md 2.1).
+struct GroupSpec {
+  GroupKind kind = GroupKind::full_attention;
+  std::int64_t block_size = 0;
+  bool eagle = false;  ///< the group holds EAGLE/MTP draft layers
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_size = 0;
+  std::string dtype;
+  /// Window in tokens: required by the sliding-window kinds; optional and inert on full_attention.
+  std::optional<std::int64_t> sliding_window;
+  /// Chunk in tokens: required by chunked_local; optional and inert on full_attention.
+  std::optional<std::int64_t> attention_chunk_size;
+  MambaCacheMode mamba_cache_mode = MambaCacheMode::none;
+  std::int64_t state_dim = 0;  ///< only distinguishes Mamba specs
+
+  /// Spec equality: everything but `eagle`, including the kind.
+  bool same_spec(const GroupSpec& other) const noexcept;
+
+  static GroupSpec full_attention(std::int64_t block_size, bool eagle = false);
+  static GroupSpec mla_attention(std::int64_t block_size, bool eagle = false);
+  static GroupSpec sliding_window_attention(std::int64_t block_size, std::int64_t window,
+                                            bool eagle = false);
+  static GroupSpec sliding_window_mla(std::int64_t block_size, std::int64_t window,
+                                      bool eagle = false);
+  static GroupSpec chunked_local(std::int64_t block_size, std::int64_t chunk_size,
+                                 bool eagle = false);
+  static GroupSpec mamba(std::int64_t block_size, MambaCacheMode mode, bool eagle = false);
+};
+
+/// The coordinator's configuration. Validated by the Coordinator constructor.
+struct Config {
+  std::int64_t hash_block_size = 16;       ///< H
+  std::int64_t scheduler_block_size = 16;  ///< S: a common multiple of every block size
+  bool use_eagle = false;                  ///< speculative decoding with an EAGLE/MTP drafter
+  std::optional<std::int64_t> retention_interval;  ///< R: nullopt, 0 or a positive token count
+  std::vector<GroupSpec> groups;                   ///< indexed by KV-cache group id
+};
+
+/// Merged groups with equal specs, in processing order (full attention first).
+struct SpecGroup {
+  std::vector<int> group_ids;  ///< ascending
+  bool use_eagle = false;
+  GroupSpec spec;  ///< the spec of the first member
+};
+
+/// The answer of one lookup: the hit length and, per group id, the block list in compact form.
+struct LookupResult {
+  std::int64_t hit_length = 0;
+  std::vector<GroupHit> groups;  ///< indexed by group id
+
+  /// The reference's list for one group: false = placeholder, true = loaded block.
+  std::vector<bool> mask(int group_id) const;
+  std::vector<std::vector<bool>> masks() const;
+};
+
+/// One group's store or lookup mask over chunks [first_chunk, end_chunk).
+/// `keep` empty-optional is the reference's `None`: every chunk in the range.
+struct ChunkMask {
+  std::int64_t first_chunk = 0;
+  std::int64_t end_chunk = 0;
+  std::optional<std::vector<std::uint8_t>> keep;
+
+  bool is_all() const noexcept { return !keep.has_value(); }
+  /// Whether chunk `chunk` (absolute index) is to be written / read.
+  bool contains(std::int64_t chunk) const noexcept;
+};
+
+}  // namespace prefixhit
