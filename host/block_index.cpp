@@ -1,0 +1,566 @@
+// The resident CPU block index: open addressing over 32-slot buckets with 8-bit tags, using the
+// slot logic shared with the GPU index (detail/index_slots.hpp).
+#include "prefixhit/block_index.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <random>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "prefixhit/detail/index_slots.hpp"
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit {
+
+static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must agree");
+
+namespace {
+
+using detail::BucketTags;
+using detail::kBucketShift;
+using detail::kBucketSlots;
+using detail::SlotKey;
+using detail::SlotPlace;
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+template <class T>
+using AlignedArray = std::unique_ptr<T, FreeDeleter>;
+
+/// 64-byte aligned storage for `count` elements; throws CapacityExceeded when it cannot be had.
+template <class T>
+AlignedArray<T> allocate_aligned(std::uint64_t count, const char* what) {
+  const std::uint64_t bytes = ((count * sizeof(T)) + 63U) & ~std::uint64_t{63};
+  void* p = bytes == 0 ? nullptr : std::aligned_alloc(64, static_cast<std::size_t>(bytes));
+  if (p == nullptr) {
+    throw CapacityExceeded("BlockIndex: cannot allocate " + std::to_string(bytes) + " bytes for " +
+                           what);
+  }
+  return AlignedArray<T>(static_cast<T*>(p));
+}
+
+/// One table generation: the structure-of-arrays layout of index_slots.hpp.
+struct Table {
+  std::uint64_t buckets = 0;  // a power of two
+  std::uint64_t bucket_mask = 0;
+  AlignedArray<std::uint8_t> tags;
+  AlignedArray<std::uint32_t> metas;
+  AlignedArray<BlockDigest> digests;
+
+  std::uint64_t slots() const { return detail::slots_of_buckets(buckets); }
+};
+
+Table allocate_table(std::uint64_t buckets) {
+  Table t;
+  t.buckets = buckets;
+  t.bucket_mask = buckets - 1;
+  const std::uint64_t slots = detail::slots_of_buckets(buckets);
+  t.tags = allocate_aligned<std::uint8_t>(slots, "tags");
+  t.metas = allocate_aligned<std::uint32_t>(slots, "namespace/group words");
+  t.digests = allocate_aligned<BlockDigest>(slots, "digests");
+  std::memset(t.tags.get(), detail::kEmptyTag, static_cast<std::size_t>(slots));
+  return t;
+}
+
+/// Bit j set iff slot j of the bucket holds `tag` (SSE2 where available, else the SWAR twin).
+inline std::uint32_t match_tags(const std::uint8_t* bucket_tags, std::uint8_t tag) {
+#if defined(__SSE2__)
+  const __m128i needle = _mm_set1_epi8(static_cast<char>(tag));
+  const __m128i lo = _mm_load_si128(reinterpret_cast<const __m128i*>(bucket_tags));
+  const __m128i hi = _mm_load_si128(reinterpret_cast<const __m128i*>(bucket_tags + 16));
+  const auto lo_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(lo, needle)));
+  const auto hi_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(hi, needle)));
+  return lo_mask | (hi_mask << 16);
+#else
+  return detail::match_bucket(detail::load_bucket_tags(bucket_tags), tag);
+#endif
+}
+
+inline void prefetch(const void* p) {
+  __builtin_prefetch(p, 0, 3);
+}
+
+std::uint64_t random_seed() {
+  std::uint64_t seed = 0;
+  try {
+    std::random_device device;
+    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  } catch (const std::exception&) {
+    seed = static_cast<std::uint64_t>(
+        std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  }
+  return seed == 0 ? 0x6A09E667F3BCC909ULL : seed;
+}
+
+void validate_key_owner(Namespace ns, std::int64_t group_id, const char* call) {
+  if (!detail::valid_namespace(ns)) {
+    throw InvalidArgument(std::string("BlockIndex::") + call + ": namespace " + std::to_string(ns) +
+                          " exceeds the 24-bit maximum " + std::to_string(kMaxNamespace));
+  }
+  if (!detail::valid_group(group_id)) {
+    throw InvalidArgument(std::string("BlockIndex::") + call + ": group id " +
+                          std::to_string(group_id) + " is outside [0, " +
+                          std::to_string(kMaxGroups) + ")");
+  }
+}
+
+void validate_group_ids(Namespace ns, span<const std::int32_t> group_ids, std::size_t keys,
+                        const char* call) {
+  if (group_ids.size() != keys) {
+    throw InvalidArgument(std::string("BlockIndex::") + call + ": " +
+                          std::to_string(group_ids.size()) + " group ids for " +
+                          std::to_string(keys) + " keys");
+  }
+  validate_key_owner(ns, 0, call);
+  for (std::size_t i = 0; i < group_ids.size(); ++i) {
+    if (!detail::valid_group(group_ids[i])) {
+      throw InvalidArgument(std::string("BlockIndex::") + call + ": group_ids[" +
+                            std::to_string(i) + "] = " + std::to_string(group_ids[i]) +
+                            " is outside [0, " + std::to_string(kMaxGroups) + ")");
+    }
+  }
+}
+
+bool slot_key_less(const SlotKey& a, const SlotKey& b) {
+  for (int i = 0; i < 4; ++i) {
+    if (a.w[i] != b.w[i]) {
+      return a.w[i] < b.w[i];
+    }
+  }
+  return a.meta < b.meta;
+}
+
+bool slot_key_same(const SlotKey& a, const SlotKey& b) {
+  return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3] &&
+         a.meta == b.meta;
+}
+
+template <class ImplPtr>
+auto& live_impl(const ImplPtr& impl) {
+  if (!impl) {
+    throw InvalidArgument("BlockIndex: this index was moved from");
+  }
+  return *impl;
+}
+
+}  // namespace
+
+struct BlockIndex::Impl {
+  BlockIndexOptions options;
+  std::uint64_t seed = 0;
+  detail::IndexHashKey hash_key{};
+  std::uint64_t max_buckets = 0;
+
+  mutable std::shared_mutex mutex;
+  Table table;
+  std::uint64_t live = 0;
+  std::uint64_t tombstones = 0;
+  // Mirrors for the lock-free noexcept accessors.
+  std::atomic<std::uint64_t> live_mirror{0};
+  std::atomic<std::uint64_t> used_mirror{0};
+  std::atomic<std::uint64_t> capacity_mirror{0};
+
+  void publish_counts() {
+    live_mirror.store(live, std::memory_order_relaxed);
+    used_mirror.store(live + tombstones, std::memory_order_relaxed);
+    capacity_mirror.store(table.slots(), std::memory_order_relaxed);
+  }
+
+  SlotPlace place(const SlotKey& key) const {
+    return detail::place_of(detail::slot_hash(key, hash_key), table.bucket_mask);
+  }
+
+  std::int64_t find(const SlotKey& key) const {
+    return detail::find_slot(table.tags.get(), table.metas.get(), table.digests.get(),
+                             table.bucket_mask, key, place(key));
+  }
+
+  /// Answers up to 64 keys: hashes them all, prefetches their home buckets, then the first
+  /// candidate slot of each, then compares; bit k of the result is key k's answer.
+  template <class KeyAt>
+  std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
+    SlotKey keys[64];
+    SlotPlace places[64];
+    std::uint32_t candidates[64];
+    const std::uint8_t* tags = table.tags.get();
+    const std::uint32_t* metas = table.metas.get();
+    const BlockDigest* digests = table.digests.get();
+    for (int k = 0; k < count; ++k) {
+      keys[k] = key_at(k);
+      places[k] = place(keys[k]);
+      prefetch(tags + (places[k].bucket << kBucketShift));
+    }
+    for (int k = 0; k < count; ++k) {
+      const std::uint64_t base = places[k].bucket << kBucketShift;
+      candidates[k] = match_tags(tags + base, places[k].tag);
+      if (candidates[k] != 0) {
+        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(candidates[k]));
+        prefetch(digests + slot);
+        prefetch(metas + slot);
+      }
+    }
+    std::uint64_t bits = 0;
+    for (int k = 0; k < count; ++k) {
+      const std::uint64_t base = places[k].bucket << kBucketShift;
+      bool found = false;
+      for (std::uint32_t c = candidates[k]; c != 0 && !found; c &= c - 1) {
+        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
+        found = detail::slot_key_equal(keys[k], digests[slot], metas[slot]);
+      }
+      if (!found && match_tags(tags + base, detail::kEmptyTag) == 0) {
+        // The home bucket is full: the key may sit further along its probe sequence.
+        found = detail::find_slot(tags, metas, digests, table.bucket_mask, keys[k], places[k]) >= 0;
+      }
+      bits |= static_cast<std::uint64_t>(found) << k;
+    }
+    return bits;
+  }
+
+  template <class KeyAt>
+  void lookup_many(std::size_t n, const KeyAt& key_at, std::uint8_t* out) const {
+    for (std::size_t start = 0; start < n; start += 64) {
+      const int count = static_cast<int>(std::min<std::size_t>(64, n - start));
+      const std::uint64_t bits =
+          lookup_window(count, [&](int k) { return key_at(start + static_cast<std::size_t>(k)); });
+      for (int k = 0; k < count; ++k) {
+        out[start + static_cast<std::size_t>(k)] = static_cast<std::uint8_t>((bits >> k) & 1U);
+      }
+    }
+  }
+
+  /// Places a key known to be absent into the first free slot of its sequence (rehash).
+  static void place_new(Table& t, const SlotKey& key, const SlotPlace& p,
+                        const BlockDigest& digest) {
+    for (std::uint64_t i = 0; i <= t.bucket_mask; ++i) {
+      const std::uint64_t base = detail::probe_bucket(p, i, t.bucket_mask) << kBucketShift;
+      const std::uint32_t empty = match_tags(t.tags.get() + base, detail::kEmptyTag);
+      if (empty != 0) {
+        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(empty));
+        t.tags.get()[slot] = p.tag;
+        t.metas.get()[slot] = key.meta;
+        t.digests.get()[slot] = digest;
+        return;
+      }
+    }
+  }
+
+  /// Rebuilds into `buckets` buckets, dropping tombstones. Leaves everything as it was when the
+  /// allocation fails (CapacityExceeded).
+  void rehash(std::uint64_t buckets) {
+    Table next = allocate_table(buckets);
+    const std::uint64_t slots = table.slots();
+    for (std::uint64_t s = 0; s < slots; ++s) {
+      if (detail::is_live_tag(table.tags.get()[s])) {
+        const BlockDigest& digest = table.digests.get()[s];
+        const SlotKey key = detail::make_slot_key(digest, table.metas.get()[s]);
+        place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
+                  digest);
+      }
+    }
+    table = std::move(next);
+    tombstones = 0;
+  }
+
+  /// Inserts one key; returns whether it was new. The caller guarantees a free slot exists.
+  bool insert_one(const SlotKey& key, const BlockDigest& digest) {
+    const SlotPlace p = place(key);
+    std::uint8_t* tags = table.tags.get();
+    std::int64_t free_slot = -1;
+    for (std::uint64_t i = 0; i <= table.bucket_mask; ++i) {
+      const std::uint64_t base = detail::probe_bucket(p, i, table.bucket_mask) << kBucketShift;
+      for (std::uint32_t c = match_tags(tags + base, p.tag); c != 0; c &= c - 1) {
+        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
+        if (detail::slot_key_equal(key, table.digests.get()[slot], table.metas.get()[slot])) {
+          return false;
+        }
+      }
+      const std::uint32_t empty = match_tags(tags + base, detail::kEmptyTag);
+      if (free_slot < 0) {
+        const std::uint32_t reusable = match_tags(tags + base, detail::kTombstoneTag) | empty;
+        if (reusable != 0) {
+          free_slot = static_cast<std::int64_t>(base) + __builtin_ctz(reusable);
+        }
+      }
+      if (empty != 0) {
+        break;  // no key lies beyond the first bucket with an empty slot
+      }
+    }
+    if (free_slot < 0) {
+      // reserve_for keeps the load below 100%, so this cannot happen; fail loudly, never drop.
+      throw CapacityExceeded("BlockIndex::insert: no free slot found (internal error)");
+    }
+    const auto slot = static_cast<std::uint64_t>(free_slot);
+    if (tags[slot] == detail::kTombstoneTag) {
+      --tombstones;
+    }
+    tags[slot] = p.tag;
+    table.metas.get()[slot] = key.meta;
+    table.digests.get()[slot] = digest;
+    ++live;
+    return true;
+  }
+
+  /// Makes room for `n` keys (KeyAt(i) -> SlotKey), growing or purging tombstones as needed;
+  /// throws CapacityExceeded, with nothing changed, when the new keys cannot fit.
+  template <class KeyAt>
+  void reserve_for(std::size_t n, const KeyAt& key_at) {
+    const double mlf = options.max_load_factor;
+    const std::uint64_t limit = detail::load_limit(table.slots(), mlf);
+    if (live + tombstones + n <= limit) {
+      return;  // fits even if every key is new
+    }
+    // Keys absent from the table bound the new keys from above (in-batch duplicates count
+    // more than once); an insert takes at most that many free slots.
+    std::vector<SlotKey> missing;
+    for (std::size_t i = 0; i < n; ++i) {
+      const SlotKey key = key_at(i);
+      if (find(key) < 0) {
+        missing.push_back(key);
+      }
+    }
+    if (live + tombstones + missing.size() <= limit) {
+      return;
+    }
+    std::uint64_t buckets =
+        detail::plan_buckets(live + missing.size(), table.buckets, max_buckets, mlf);
+    if (buckets == 0) {
+      // Only an exact count of distinct new keys can tell whether they fit.
+      std::sort(missing.begin(), missing.end(), slot_key_less);
+      const std::uint64_t distinct = static_cast<std::uint64_t>(
+          std::unique(missing.begin(), missing.end(), slot_key_same) - missing.begin());
+      buckets = detail::plan_buckets(live + distinct, table.buckets, max_buckets, mlf);
+      if (buckets == 0) {
+        throw CapacityExceeded(
+            "BlockIndex::insert: " + std::to_string(distinct) + " new keys on top of " +
+            std::to_string(live) + " would exceed the limit of " +
+            std::to_string(detail::load_limit(detail::slots_of_buckets(max_buckets), mlf)) +
+            " keys (max_capacity " + std::to_string(options.max_capacity) +
+            " slots, max_load_factor " + std::to_string(mlf) + "); nothing was inserted");
+      }
+    }
+    rehash(buckets);
+  }
+
+  template <class KeyAt>
+  std::size_t insert_many(std::size_t n, const KeyAt& key_at, const BlockDigest* digests) {
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    reserve_for(n, key_at);
+    std::size_t added = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      added += insert_one(key_at(i), digests[i]) ? 1U : 0U;
+    }
+    publish_counts();
+    return added;
+  }
+
+  template <class KeyAt>
+  std::size_t erase_many(std::size_t n, const KeyAt& key_at) {
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    std::size_t removed = 0;
+    std::uint8_t* tags = table.tags.get();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t found = find(key_at(i));
+      if (found < 0) {
+        continue;
+      }
+      const auto slot = static_cast<std::uint64_t>(found);
+      const std::uint64_t base = (slot >> kBucketShift) << kBucketShift;
+      // A bucket that still has an empty slot has never been full, so no probe sequence runs
+      // past it: the slot can become empty again instead of a tombstone.
+      if (match_tags(tags + base, detail::kEmptyTag) != 0) {
+        tags[slot] = detail::kEmptyTag;
+      } else {
+        tags[slot] = detail::kTombstoneTag;
+        ++tombstones;
+      }
+      --live;
+      ++removed;
+    }
+    publish_counts();
+    return removed;
+  }
+};
+
+BlockIndex::BlockIndex() : BlockIndex(BlockIndexOptions{}) {}
+
+BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_unique<Impl>()) {
+  if (!(options.max_load_factor > 0.0 && options.max_load_factor <= 0.95)) {
+    throw InvalidArgument("BlockIndexOptions.max_load_factor must be in (0, 0.95], got " +
+                          std::to_string(options.max_load_factor));
+  }
+  if (options.max_capacity != 0 && options.max_capacity < static_cast<std::size_t>(kBucketSlots)) {
+    throw InvalidArgument("BlockIndexOptions.max_capacity must be 0 (unbounded) or at least " +
+                          std::to_string(kBucketSlots) + " slots, got " +
+                          std::to_string(options.max_capacity));
+  }
+  impl_->options = options;
+  impl_->seed = options.seed != 0 ? options.seed : random_seed();
+  impl_->hash_key = detail::make_hash_key(impl_->seed);
+  impl_->max_buckets = detail::max_buckets_for(options.max_capacity);
+  const std::uint64_t wanted =
+      (static_cast<std::uint64_t>(options.initial_capacity) + kBucketSlots - 1) >> kBucketShift;
+  std::uint64_t buckets = 1;
+  while (buckets < wanted && buckets < impl_->max_buckets) {
+    buckets <<= 1;
+  }
+  impl_->table = allocate_table(buckets);
+  impl_->publish_counts();
+}
+
+BlockIndex::~BlockIndex() = default;
+BlockIndex::BlockIndex(BlockIndex&&) noexcept = default;
+BlockIndex& BlockIndex::operator=(BlockIndex&&) noexcept = default;
+
+std::size_t BlockIndex::insert(Namespace ns, int group_id, span<const BlockDigest> keys) {
+  validate_key_owner(ns, group_id, "insert");
+  const std::uint32_t meta = detail::pack_meta(ns, group_id);
+  return live_impl(impl_).insert_many(
+      keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); },
+      keys.data());
+}
+
+std::size_t BlockIndex::insert(Namespace ns, span<const std::int32_t> group_ids,
+                               span<const BlockDigest> keys) {
+  validate_group_ids(ns, group_ids, keys.size(), "insert");
+  return live_impl(impl_).insert_many(
+      keys.size(),
+      [&](std::size_t i) {
+        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i]));
+      },
+      keys.data());
+}
+
+std::size_t BlockIndex::erase(Namespace ns, int group_id, span<const BlockDigest> keys) {
+  validate_key_owner(ns, group_id, "erase");
+  const std::uint32_t meta = detail::pack_meta(ns, group_id);
+  return live_impl(impl_).erase_many(
+      keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); });
+}
+
+std::size_t BlockIndex::erase(Namespace ns, span<const std::int32_t> group_ids,
+                              span<const BlockDigest> keys) {
+  validate_group_ids(ns, group_ids, keys.size(), "erase");
+  return live_impl(impl_).erase_many(keys.size(), [&](std::size_t i) {
+    return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i]));
+  });
+}
+
+void BlockIndex::contains(Namespace ns, int group_id, span<const BlockDigest> keys,
+                          std::uint8_t* out) const {
+  validate_key_owner(ns, group_id, "contains");
+  if (keys.empty()) {
+    return;
+  }
+  if (out == nullptr) {
+    throw InvalidArgument("BlockIndex::contains: out is null for " + std::to_string(keys.size()) +
+                          " keys");
+  }
+  const std::uint32_t meta = detail::pack_meta(ns, group_id);
+  const Impl& impl = live_impl(impl_);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  impl.lookup_many(
+      keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); }, out);
+}
+
+void BlockIndex::contains(Namespace ns, span<const std::int32_t> group_ids,
+                          span<const BlockDigest> keys, std::uint8_t* out) const {
+  validate_group_ids(ns, group_ids, keys.size(), "contains");
+  if (keys.empty()) {
+    return;
+  }
+  if (out == nullptr) {
+    throw InvalidArgument("BlockIndex::contains: out is null for " + std::to_string(keys.size()) +
+                          " keys");
+  }
+  const Impl& impl = live_impl(impl_);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  impl.lookup_many(
+      keys.size(),
+      [&](std::size_t i) {
+        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i]));
+      },
+      out);
+}
+
+bool BlockIndex::contains(Namespace ns, int group_id, const BlockDigest& key) const {
+  validate_key_owner(ns, group_id, "contains");
+  const SlotKey slot_key = detail::make_slot_key(key, detail::pack_meta(ns, group_id));
+  const Impl& impl = live_impl(impl_);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  return impl.find(slot_key) >= 0;
+}
+
+std::size_t BlockIndex::size() const noexcept {
+  return impl_ ? static_cast<std::size_t>(impl_->live_mirror.load(std::memory_order_relaxed)) : 0;
+}
+
+std::size_t BlockIndex::capacity() const noexcept {
+  return impl_ ? static_cast<std::size_t>(impl_->capacity_mirror.load(std::memory_order_relaxed))
+               : 0;
+}
+
+std::size_t BlockIndex::used_slots() const noexcept {
+  return impl_ ? static_cast<std::size_t>(impl_->used_mirror.load(std::memory_order_relaxed)) : 0;
+}
+
+void BlockIndex::clear() {
+  Impl& impl = live_impl(impl_);
+  std::unique_lock<std::shared_mutex> lock(impl.mutex);
+  std::memset(impl.table.tags.get(), detail::kEmptyTag,
+              static_cast<std::size_t>(impl.table.slots()));
+  impl.live = 0;
+  impl.tombstones = 0;
+  impl.publish_counts();
+}
+
+const BlockIndexOptions& BlockIndex::options() const noexcept {
+  static const BlockIndexOptions kMovedFrom{};
+  return impl_ ? impl_->options : kMovedFrom;
+}
+
+std::uint64_t BlockIndex::hash_seed() const noexcept {
+  return impl_ ? impl_->seed : 0;
+}
+
+void BlockIndex::for_each(
+    const std::function<void(Namespace, int, const BlockDigest&)>& visit) const {
+  const Impl& impl = live_impl(impl_);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  const Table& t = impl.table;
+  const std::uint64_t slots = t.slots();
+  for (std::uint64_t s = 0; s < slots; ++s) {
+    if (detail::is_live_tag(t.tags.get()[s])) {
+      const std::uint32_t meta = t.metas.get()[s];
+      visit(detail::meta_namespace(meta), detail::meta_group(meta), t.digests.get()[s]);
+    }
+  }
+}
+
+std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                                      std::int64_t step, int count) const {
+  if (count <= 0 || hashes == nullptr || !detail::valid_group(group_id) ||
+      !detail::valid_namespace(ns_) || !index_->impl_) {
+    return 0;  // such a key can never have been inserted
+  }
+  const Impl& impl = *index_->impl_;
+  const std::uint32_t meta = detail::pack_meta(ns_, group_id);
+  const int n = count > 64 ? 64 : count;
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  return impl.lookup_window(
+      n, [&](int k) { return detail::make_slot_key(hashes[first + k * step], meta); });
+}
+
+}  // namespace prefixhit

@@ -1,0 +1,289 @@
+// The slot logic of the block indexes, written once for the CPU BlockIndex and the CUDA
+// DeviceBlockIndex (PREFIXHIT_HD), so that the CPU tests exercise exactly what the kernels run.
+//
+// Layout shared by both indexes (structure of arrays, docs/design/device-index.md):
+//   tags[slot]    1 byte: kEmptyTag, kTombstoneTag, kBusyTag (GPU insert in flight) or a live tag
+//   metas[slot]   4 bytes: the packed (namespace, group id) word of the key
+//   digests[slot] 32 bytes: the full block digest
+// Slots form buckets of kBucketSlots consecutive slots; a bucket's 32 tags are one 32-byte sector.
+// A key's probe sequence visits buckets b0, b0+s, b0+2s, ... (mod the power-of-two bucket count)
+// with an odd stride s (double hashing), so it visits every bucket once. A lookup stops at the
+// first bucket that still has an empty slot. A hit needs an equal tag, an equal meta word and all
+// 32 digest bytes equal: the tag is only a filter.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "prefixhit/detail/hd.hpp"
+#include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/types.hpp"
+
+namespace prefixhit::detail {
+
+inline constexpr int kBucketSlots = 32;
+inline constexpr int kBucketShift = 5;
+/// Group ids a block index accepts: 0 .. kIndexMaxGroups-1.
+inline constexpr int kIndexMaxGroups = kMaxGroups;
+inline constexpr std::uint32_t kIndexMaxNamespace = (1U << 24) - 1;
+
+inline constexpr std::uint8_t kEmptyTag = 0x00;
+inline constexpr std::uint8_t kTombstoneTag = 0x01;
+/// A GPU inserter claimed the slot and is writing it; never stored by the CPU index.
+inline constexpr std::uint8_t kBusyTag = 0x02;
+inline constexpr std::uint8_t kFirstLiveTag = 0x03;
+
+/// The per-index secret of the hash: derived from the seed, so crafted digests cannot aim at one
+/// bucket without knowing it.
+struct IndexHashKey {
+  std::uint64_t k[5];
+};
+
+/// A key as the slot logic sees it: its digest as four little-endian words and its meta word.
+struct SlotKey {
+  std::uint64_t w[4];
+  std::uint32_t meta;
+};
+
+/// Where a key goes: its hash, tag, home bucket and probe stride.
+struct SlotPlace {
+  std::uint64_t hash;
+  std::uint64_t bucket;
+  std::uint64_t stride;
+  std::uint8_t tag;
+};
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool valid_namespace(std::uint32_t ns) {
+  return ns <= kIndexMaxNamespace;
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool valid_group(std::int64_t group_id) {
+  return group_id >= 0 && group_id < kIndexMaxGroups;
+}
+
+/// (namespace, group id) in one word: ns in the top 24 bits, group id in the low 8. Callers
+/// validate both first, so distinct pairs never share a word.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t pack_meta(std::uint32_t ns, int group_id) {
+  return (ns << 8) | (static_cast<std::uint32_t>(group_id) & 0xFFU);
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t meta_namespace(std::uint32_t meta) {
+  return meta >> 8;
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE int meta_group(std::uint32_t meta) {
+  return static_cast<int>(meta & 0xFFU);
+}
+
+/// splitmix64: expands one seed word into the hash secret.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+PREFIXHIT_HD inline IndexHashKey make_hash_key(std::uint64_t seed) {
+  IndexHashKey key{};
+  std::uint64_t state = seed;
+  for (int i = 0; i < 5; ++i) {
+    // Odd, and never zero, so no secret word can cancel a multiplication outright.
+    key.k[i] = splitmix64(state) | 1U;
+  }
+  return key;
+}
+
+/// 64x64 -> 128-bit multiply folded to 64 bits (the wyhash/mum mixer).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t fold_multiply(std::uint64_t a, std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return (a * b) ^ __umul64hi(a, b);
+#else
+  __extension__ typedef unsigned __int128 u128;
+  const u128 product = static_cast<u128>(a) * b;
+  return static_cast<std::uint64_t>(product) ^ static_cast<std::uint64_t>(product >> 64);
+#endif
+}
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotKey make_slot_key(const BlockDigest& digest,
+                                                         std::uint32_t meta) {
+  SlotKey key;
+  std::memcpy(key.w, &digest, sizeof(key.w));  // BlockDigest is exactly its 32 bytes
+  key.meta = meta;
+  return key;
+}
+
+/// The seeded hash of all 32 digest bytes and the meta word.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash(const SlotKey& key,
+                                                           const IndexHashKey& secret) {
+  const std::uint64_t meta = key.meta;
+  const std::uint64_t a = fold_multiply(key.w[0] ^ secret.k[0], key.w[1] ^ secret.k[1]);
+  const std::uint64_t b = fold_multiply(key.w[2] ^ secret.k[2], key.w[3] ^ secret.k[3]);
+  return fold_multiply(a ^ secret.k[4], b ^ (meta << 32 | meta) ^ 0x2D358DCCAA6C78A5ULL);
+}
+
+/// The 8-bit fingerprint: the top hash byte mapped onto the live range [3, 255], so it is never
+/// the empty, tombstone or busy marker.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint8_t tag_of(std::uint64_t hash) {
+  const std::uint32_t top = static_cast<std::uint32_t>(hash >> 56);
+  return static_cast<std::uint8_t>(kFirstLiveTag + ((top * (256U - kFirstLiveTag)) >> 8));
+}
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool is_live_tag(std::uint8_t tag) {
+  return tag >= kFirstLiveTag;
+}
+
+/// `bucket_mask` = bucket count - 1 (a power of two). The home bucket uses the low hash bits,
+/// the stride the bits from 32 up and the tag the top byte, so the three are independent for
+/// tables below 2^24 buckets.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotPlace place_of(std::uint64_t hash,
+                                                      std::uint64_t bucket_mask) {
+  SlotPlace place;
+  place.hash = hash;
+  place.bucket = hash & bucket_mask;
+  place.stride = ((hash >> 32) | 1U) & bucket_mask;
+  if (place.stride == 0) {
+    place.stride = 1;  // one-bucket table
+  }
+  place.tag = tag_of(hash);
+  return place;
+}
+
+/// The i-th bucket of the probe sequence that starts at `place`.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t probe_bucket(const SlotPlace& place,
+                                                              std::uint64_t i,
+                                                              std::uint64_t bucket_mask) {
+  return (place.bucket + i * place.stride) & bucket_mask;
+}
+
+/// Byte-parallel equality over 8 tags: bit j of the result is set iff byte j of `tags` == `tag`.
+/// Exact (no false positives), branch-free and portable: the scalar twin of SSE2 / warp ballot.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t match_byte8(std::uint64_t tags, std::uint8_t tag) {
+  constexpr std::uint64_t kLow7 = 0x7F7F7F7F7F7F7F7FULL;
+  const std::uint64_t x = tags ^ (0x0101010101010101ULL * tag);
+  // High bit of each byte set iff that byte of x is zero.
+  const std::uint64_t zero_bytes = ~(((x & kLow7) + kLow7) | x | kLow7);
+  // Gather the 8 high bits into the low byte.
+  return static_cast<std::uint32_t>(((zero_bytes >> 7) * 0x0102040810204080ULL) >> 56);
+}
+
+/// The 32 tags of one bucket as four little-endian words.
+struct BucketTags {
+  std::uint64_t w[4];
+};
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE BucketTags load_bucket_tags(const std::uint8_t* bucket_tags) {
+  BucketTags t;
+  std::memcpy(t.w, bucket_tags, sizeof(t.w));
+  return t;
+}
+
+/// Bit j set iff slot j of the bucket holds `tag`.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t match_bucket(const BucketTags& t,
+                                                              std::uint8_t tag) {
+  return match_byte8(t.w[0], tag) | (match_byte8(t.w[1], tag) << 8) |
+         (match_byte8(t.w[2], tag) << 16) | (match_byte8(t.w[3], tag) << 24);
+}
+
+/// The reference twin of match_bucket and of the warp path: one "lane" per slot, as a warp
+/// ballot computes it. Tests check that every fast path agrees with it.
+PREFIXHIT_HD inline std::uint32_t match_bucket_by_lanes(const std::uint8_t* bucket_tags,
+                                                        std::uint8_t tag) {
+  std::uint32_t mask = 0;
+  for (int lane = 0; lane < kBucketSlots; ++lane) {
+    mask |= static_cast<std::uint32_t>(bucket_tags[lane] == tag) << lane;
+  }
+  return mask;
+}
+
+/// Index of the lowest set bit (mask != 0).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lowest_bit(std::uint32_t mask) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(static_cast<int>(mask)) - 1;
+#else
+  return __builtin_ctz(mask);
+#endif
+}
+
+/// Full key compare: all 32 digest bytes and the meta word (namespace and group id).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool slot_key_equal(const SlotKey& key,
+                                                       const BlockDigest& stored_digest,
+                                                       std::uint32_t stored_meta) {
+  std::uint64_t s[4];
+  std::memcpy(s, &stored_digest, sizeof(s));
+  return ((key.w[0] ^ s[0]) | (key.w[1] ^ s[1]) | (key.w[2] ^ s[2]) | (key.w[3] ^ s[3]) |
+          static_cast<std::uint64_t>(key.meta ^ stored_meta)) == 0;
+}
+
+/// Looks a key up in a table without concurrent writers (tags, metas, digests as above).
+/// Returns the slot or -1. Probes at most every bucket once.
+PREFIXHIT_HD inline std::int64_t find_slot(const std::uint8_t* tags, const std::uint32_t* metas,
+                                           const BlockDigest* digests, std::uint64_t bucket_mask,
+                                           const SlotKey& key, const SlotPlace& place) {
+  for (std::uint64_t i = 0; i <= bucket_mask; ++i) {
+    const std::uint64_t bucket = probe_bucket(place, i, bucket_mask);
+    const std::uint64_t base = bucket << kBucketShift;
+    const BucketTags t = load_bucket_tags(tags + base);
+    std::uint32_t candidates = match_bucket(t, place.tag);
+    while (candidates != 0) {
+      const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(candidates));
+      if (slot_key_equal(key, digests[slot], metas[slot])) {
+        return static_cast<std::int64_t>(slot);
+      }
+      candidates &= candidates - 1;
+    }
+    if (match_bucket(t, kEmptyTag) != 0) {
+      return -1;
+    }
+  }
+  return -1;
+}
+
+// ---- capacity policy, shared by both indexes ----------------------------------------------
+
+/// Slots of a table of `buckets` buckets.
+inline constexpr std::uint64_t slots_of_buckets(std::uint64_t buckets) {
+  return buckets << kBucketShift;
+}
+
+/// The most live keys a table of `slots` slots may hold at `max_load_factor`.
+inline std::uint64_t load_limit(std::uint64_t slots, double max_load_factor) {
+  return static_cast<std::uint64_t>(static_cast<double>(slots) * max_load_factor);
+}
+
+/// The smallest power-of-two bucket count whose load limit is at least `keys` (>= 1 bucket).
+inline std::uint64_t buckets_for_keys(std::uint64_t keys, double max_load_factor) {
+  std::uint64_t buckets = 1;
+  while (load_limit(slots_of_buckets(buckets), max_load_factor) < keys) {
+    buckets <<= 1;
+  }
+  return buckets;
+}
+
+/// The largest power-of-two bucket count within `max_slots` slots (0: unbounded => 2^58).
+inline std::uint64_t max_buckets_for(std::uint64_t max_slots) {
+  if (max_slots == 0) {
+    return std::uint64_t{1} << 58;
+  }
+  std::uint64_t buckets = 1;
+  while (slots_of_buckets(buckets << 1) <= max_slots) {
+    buckets <<= 1;
+  }
+  return buckets;
+}
+
+/// The bucket count a rehash should produce so that `live` keys fit: at least the current one,
+/// and at least double it when growing, so n inserts cost O(n) rehash work in total. Returns 0
+/// when `live` keys cannot fit under `max_buckets`.
+inline std::uint64_t plan_buckets(std::uint64_t live, std::uint64_t current_buckets,
+                                  std::uint64_t max_buckets, double max_load_factor) {
+  const std::uint64_t needed = buckets_for_keys(live, max_load_factor);
+  if (needed > max_buckets) {
+    return 0;
+  }
+  if (needed <= current_buckets) {
+    return current_buckets;  // a same-size rehash drops the tombstones
+  }
+  const std::uint64_t doubled = current_buckets << 1;
+  std::uint64_t target = needed > doubled ? needed : doubled;
+  return target > max_buckets ? max_buckets : target;
+}
+
+}  // namespace prefixhit::detail
