@@ -71,25 +71,26 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   // A request of tens of thousands of hashes costs microseconds; small batches stay on the
   // calling thread, where starting workers would cost more than the lookups.
   const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 16);
-  detail::parallel_for(r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
-                       [&](std::size_t begin, std::size_t end) {
-    GroupHit spec_hits[kMaxGroups];
-    for (std::size_t i = begin; i < end; ++i) {
-      const std::int64_t off = batch.offsets[i];
-      const std::int64_t n = batch.offsets[i + 1] - off;
-      const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off};
-      const bool apply_eagle = batch.apply_eagle.empty() || batch.apply_eagle[i] != 0;
-      errors[i] = detail::find_longest_cache_hit(plan_, n, batch.max_lengths[i], apply_eagle,
-                                                 probe, spec_hits, out.hit_lengths[i]);
-      for (std::size_t gid = 0; gid < g; ++gid) {
-        const GroupHit& hit = spec_hits[plan_.spec_group_of[gid]];
-        out.num_blocks[i * g + gid] = hit.num_blocks;
-        out.num_placeholders[i * g + gid] = hit.num_placeholders;
-      }
-    }
-  });
-  const auto failed = std::find_if(errors.begin(), errors.end(),
-                                   [](ErrorKind e) { return e != ErrorKind::ok; });
+  detail::parallel_for(
+      r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
+      [&](std::size_t begin, std::size_t end) {
+        GroupHit spec_hits[kMaxGroups];
+        for (std::size_t i = begin; i < end; ++i) {
+          const std::int64_t off = batch.offsets[i];
+          const std::int64_t n = batch.offsets[i + 1] - off;
+          const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off};
+          const bool apply_eagle = batch.apply_eagle.empty() || batch.apply_eagle[i] != 0;
+          errors[i] = detail::find_longest_cache_hit(plan_, n, batch.max_lengths[i], apply_eagle,
+                                                     probe, spec_hits, out.hit_lengths[i]);
+          for (std::size_t gid = 0; gid < g; ++gid) {
+            const GroupHit& hit = spec_hits[plan_.spec_group_of[gid]];
+            out.num_blocks[i * g + gid] = hit.num_blocks;
+            out.num_placeholders[i * g + gid] = hit.num_placeholders;
+          }
+        }
+      });
+  const auto failed =
+      std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {
     const auto index = static_cast<std::size_t>(failed - errors.begin());
     // Re-run the failing request alone for its full message (errors are rare and config-bound).
@@ -146,15 +147,13 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
     const std::int64_t s = b / h;
     const std::int64_t blocks = std::min(floor_div(max_length, b), n / s);
     // Fine-grained probes (partial hits) read every raw hash below the bound.
-    const bool fine = a < b && (sg.finder == FinderKind::full_attention ||
-                                sg.finder == FinderKind::mamba);
-    std::int64_t first_block = 0;
+    const bool fine =
+        a < b && (sg.finder == FinderKind::full_attention || sg.finder == FinderKind::mamba);
+    // Every block below the bound: in the fixed point a finder may be re-run with any shorter
+    // bound, so even chunked local attention can read blocks before max_length's chunk.
     std::int64_t per = 0;
     std::int64_t need = 0;
     std::int64_t shift = 0;
-    if (sg.finder == FinderKind::chunked_local && max_length > 0) {
-      first_block = floor_div(floor_div(max_length, sg.chunk_size) * sg.chunk_size, b);
-    }
     for (int m = 0; m < sg.num_members; ++m) {
       const int gid = plan_.members[sg.first_member + m];
       if (fine) {
@@ -170,7 +169,7 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
         need = detail::ceil_div(sg.window - 1, b) + shift;
         per = floor_div(plan_.scheduler_block_size, b);
       }
-      for (std::int64_t j = first_block; j < blocks; ++j) {
+      for (std::int64_t j = 0; j < blocks; ++j) {
         if (per > 0 && need < per &&
             (j < shift || detail::floor_mod(j - shift, per) < per - need)) {
           continue;
@@ -190,8 +189,8 @@ PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, 
                           " answers for a plan of " + std::to_string(plan.size()) + " keys");
   }
   if (num_groups <= 0 || num_groups > kMaxGroups) {
-    throw InvalidArgument("plan answers: num_groups must be in [1, " +
-                          std::to_string(kMaxGroups) + "]");
+    throw InvalidArgument("plan answers: num_groups must be in [1, " + std::to_string(kMaxGroups) +
+                          "]");
   }
   table_.assign(static_cast<std::size_t>(num_groups) * static_cast<std::size_t>(num_hashes_), 0);
   for (std::size_t i = 0; i < plan.size(); ++i) {

@@ -6,10 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "host/nvtx.hpp"
 #include "host/probes.hpp"
 #include "prefixhit/detail/finders.hpp"
 #include "prefixhit/errors.hpp"
-#include "host/nvtx.hpp"
 
 namespace prefixhit {
 
@@ -19,7 +19,9 @@ using detail::floor_mod;
 
 namespace {
 
-std::string group_name(std::size_t id) { return "groups[" + std::to_string(id) + "]"; }
+std::string group_name(std::size_t id) {
+  return "groups[" + std::to_string(id) + "]";
+}
 
 bool is_full_attention_kind(GroupKind kind) {
   return kind == GroupKind::full_attention || kind == GroupKind::mla_attention;
@@ -62,8 +64,7 @@ void validate_spec(const GroupSpec& spec, std::size_t id) {
       spec.kind == GroupKind::chunked_local || spec.kind == GroupKind::full_attention;
   if (spec.sliding_window) {
     if (!window_allowed) {
-      throw InvalidConfig(name + ": sliding_window is not a field of kind " +
-                          to_string(spec.kind));
+      throw InvalidConfig(name + ": sliding_window is not a field of kind " + to_string(spec.kind));
     }
     require_positive(*spec.sliding_window, name + ".sliding_window");
   } else if (is_window_kind(spec.kind)) {
@@ -118,17 +119,15 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
   for (std::size_t g = 0; g < n_groups; ++g) {
     const std::int64_t b = c.groups[g].block_size;
     if (s % b != 0) {
-      throw InvalidConfig("scheduler_block_size (" + std::to_string(s) +
-                          ") is not a multiple of " + group_name(g) + ".block_size (" +
-                          std::to_string(b) + ")");
+      throw InvalidConfig("scheduler_block_size (" + std::to_string(s) + ") is not a multiple of " +
+                          group_name(g) + ".block_size (" + std::to_string(b) + ")");
     }
   }
 
   // Merge equal specs in id order, then put full attention first (stable).
   for (std::size_t g = 0; g < n_groups; ++g) {
-    auto same = std::find_if(spec_groups_.begin(), spec_groups_.end(), [&](const SpecGroup& sg) {
-      return sg.spec.same_spec(c.groups[g]);
-    });
+    auto same = std::find_if(spec_groups_.begin(), spec_groups_.end(),
+                             [&](const SpecGroup& sg) { return sg.spec.same_spec(c.groups[g]); });
     if (same == spec_groups_.end()) {
       spec_groups_.push_back(SpecGroup{{static_cast<int>(g)}, false, c.groups[g]});
       same = spec_groups_.end() - 1;
@@ -137,11 +136,10 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
     }
     same->use_eagle = same->use_eagle || c.groups[g].eagle;
   }
-  std::stable_sort(spec_groups_.begin(), spec_groups_.end(),
-                   [](const SpecGroup& a, const SpecGroup& b) {
-                     return is_full_attention_kind(a.spec.kind) &&
-                            !is_full_attention_kind(b.spec.kind);
-                   });
+  std::stable_sort(
+      spec_groups_.begin(), spec_groups_.end(), [](const SpecGroup& a, const SpecGroup& b) {
+        return is_full_attention_kind(a.spec.kind) && !is_full_attention_kind(b.spec.kind);
+      });
   const bool any_flagged = std::any_of(spec_groups_.begin(), spec_groups_.end(),
                                        [](const SpecGroup& sg) { return sg.use_eagle; });
   if (c.use_eagle && !any_flagged) {
@@ -198,8 +196,8 @@ std::vector<BlockDigest> Coordinator::chunk_keys(span<const BlockDigest> hashes,
   const std::int64_t h = plan_.hash_block_size;
   if (block_size <= 0 || block_size % h != 0) {
     throw InvalidArgument("chunk_keys: block_size (" + std::to_string(block_size) +
-                          ") must be a positive multiple of hash_block_size (" +
-                          std::to_string(h) + ")");
+                          ") must be a positive multiple of hash_block_size (" + std::to_string(h) +
+                          ")");
   }
   const std::size_t s = static_cast<std::size_t>(block_size / h);
   const std::size_t blocks = hashes.size() / s;
@@ -250,9 +248,8 @@ std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind
 namespace {
 
 template <class Probe>
-LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n,
-                                std::int64_t max_length, bool apply_eagle, const Probe& probe,
-                                const char* what) {
+LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::int64_t max_length,
+                         bool apply_eagle, const Probe& probe, const char* what) {
   const detail::LookupPlan& plan = coordinator.plan();
   if (!detail::max_length_in_range(plan, n, max_length)) {
     throw InvalidArgument(std::string(what) + " " + std::to_string(max_length) +
@@ -358,8 +355,7 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
   }
   const std::int64_t s = plan_.scheduler_block_size;
   // Replay boundary, floored (num_prompt_tokens 0 gives -S).
-  const std::int64_t boundary =
-      num_prompt_tokens ? floor_div(*num_prompt_tokens - 1, s) * s : 0;
+  const std::int64_t boundary = num_prompt_tokens ? floor_div(*num_prompt_tokens - 1, s) * s : 0;
 
   std::vector<ChunkMask> out(config_.groups.size());
   for (std::size_t g = 0; g < config_.groups.size(); ++g) {
@@ -367,7 +363,8 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
     const std::int64_t b = spec.block_size;
     ChunkMask& mask = out[g];
     mask.end_chunk = floor_div(aligned_len, b);
-    mask.first_chunk = std::min(mask.end_chunk, std::max<std::int64_t>(0, ceil_div(start_token, b)));
+    mask.first_chunk =
+        std::min(mask.end_chunk, std::max<std::int64_t>(0, ceil_div(start_token, b)));
     const auto len = static_cast<std::size_t>(mask.end_chunk - mask.first_chunk);
     if (is_window_kind(spec.kind)) {
       const std::int64_t e = is_eagle_group_[g];
@@ -412,9 +409,9 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
   return out;
 }
 
-std::vector<ChunkMask> Coordinator::store_mask(std::int64_t aligned_token_len,
-                                               std::int64_t start_token,
-                                               std::optional<std::int64_t> num_prompt_tokens) const {
+std::vector<ChunkMask> Coordinator::store_mask(
+    std::int64_t aligned_token_len, std::int64_t start_token,
+    std::optional<std::int64_t> num_prompt_tokens) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::store_mask");
   return masks(aligned_token_len, start_token, num_prompt_tokens, config_.retention_interval);
 }

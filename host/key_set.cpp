@@ -21,8 +21,8 @@ struct GroupKeyHash {
     // Digests are SHA-256 outputs; their first word is already uniform.
     std::uint64_t word = 0;
     std::memcpy(&word, k.key.bytes.data(), sizeof(word));
-    return static_cast<std::size_t>(word ^ (static_cast<std::uint64_t>(k.group_id) *
-                                            0x9E3779B97F4A7C15ULL));
+    return static_cast<std::size_t>(
+        word ^ (static_cast<std::uint64_t>(k.group_id) * 0x9E3779B97F4A7C15ULL));
   }
 };
 
@@ -45,9 +45,13 @@ bool KeySet::contains(int group_id, const BlockDigest& key) const {
   return impl_->keys.count(GroupKey{group_id, key}) != 0;
 }
 
-std::size_t KeySet::size() const noexcept { return impl_->keys.size(); }
+std::size_t KeySet::size() const noexcept {
+  return impl_->keys.size();
+}
 
-void KeySet::clear() noexcept { impl_->keys.clear(); }
+void KeySet::clear() noexcept {
+  impl_->keys.clear();
+}
 
 std::uint64_t KeySet::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                             std::int64_t step, int count) const {

@@ -12,7 +12,8 @@ namespace prefixhit::detail {
 inline int choose_threads(std::size_t n, int requested, std::size_t min_per_thread) {
   const unsigned hw = std::max(1U, std::thread::hardware_concurrency());
   const std::size_t cap = requested > 0 ? static_cast<std::size_t>(requested) : hw;
-  const std::size_t by_work = std::max<std::size_t>(1, n / std::max<std::size_t>(1, min_per_thread));
+  const std::size_t by_work =
+      std::max<std::size_t>(1, n / std::max<std::size_t>(1, min_per_thread));
   return static_cast<int>(std::min(cap, by_work));
 }
 

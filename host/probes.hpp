@@ -38,8 +38,7 @@ struct AllPresentProbe {
   static constexpr int kFirstWindow = 64;
   static constexpr int kMaxWindow = 64;
 
-  std::uint64_t window(int /*sg*/, std::int64_t /*first*/, std::int64_t /*step*/,
-                       int count) const {
+  std::uint64_t window(int /*sg*/, std::int64_t /*first*/, std::int64_t /*step*/, int count) const {
     return low_bits(count);
   }
 };

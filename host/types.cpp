@@ -93,9 +93,9 @@ const char* to_string(MambaCacheMode mode) noexcept {
 }
 
 GroupKind parse_group_kind(std::string_view name) {
-  for (GroupKind kind : {GroupKind::full_attention, GroupKind::mla_attention,
-                         GroupKind::sliding_window, GroupKind::sliding_window_mla,
-                         GroupKind::chunked_local, GroupKind::mamba}) {
+  for (GroupKind kind :
+       {GroupKind::full_attention, GroupKind::mla_attention, GroupKind::sliding_window,
+        GroupKind::sliding_window_mla, GroupKind::chunked_local, GroupKind::mamba}) {
     if (name == to_string(kind)) {
       return kind;
     }

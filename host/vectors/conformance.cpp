@@ -105,7 +105,9 @@ json chunk_masks_json(const std::vector<ChunkMask>& masks) {
   return out;
 }
 
-json error_json(const Error& e) { return json{{"error", to_string(e.kind())}}; }
+json error_json(const Error& e) {
+  return json{{"error", to_string(e.kind())}};
+}
 
 /// Whether the actual value matches what the vector expects. Errors match on the kind alone.
 bool matches(const json& expect, const json& actual) {
@@ -192,7 +194,9 @@ std::string describe_op(const json& op) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") {
@@ -307,13 +311,14 @@ CaseResult run_case(const json& test_case, Backend& backend) {
     for (const SpecGroup& sg : coordinator->spec_groups()) {
       spec_groups.push_back(json::array({sg.group_ids, sg.use_eagle}));
     }
-    const json actual_config = {{"eagle_group_ids", coordinator->eagle_group_ids()},
-                                {"spec_groups", spec_groups},
-                                {"enable_partial_hash_hits", coordinator->enable_partial_hash_hits()},
-                                {"lookup_alignment", coordinator->lookup_alignment()}};
+    const json actual_config = {
+        {"eagle_group_ids", coordinator->eagle_group_ids()},
+        {"spec_groups", spec_groups},
+        {"enable_partial_hash_hits", coordinator->enable_partial_hash_hits()},
+        {"lookup_alignment", coordinator->lookup_alignment()}};
     if (!matches(expect_config, actual_config)) {
-      result.detail = "config: expected " + clip(expect_config.dump()) + ", got " +
-                      clip(actual_config.dump());
+      result.detail =
+          "config: expected " + clip(expect_config.dump()) + ", got " + clip(actual_config.dump());
       return result;
     }
     std::vector<BlockDigest> hashes;
@@ -349,7 +354,8 @@ json parse_document(const std::string& text, const std::string& origin) {
     throw FormatError(origin + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object() || !doc.contains("cases") || !doc["cases"].is_array()) {
-    throw FormatError(origin + ": not a conformance document (needs an object with a 'cases' list)");
+    throw FormatError(origin +
+                      ": not a conformance document (needs an object with a 'cases' list)");
   }
   if (doc.contains("format") && doc["format"] != "prefixhit-conformance/1") {
     throw FormatError(origin + ": unsupported format " + clip(doc["format"].dump(), 80) +

@@ -18,9 +18,9 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-#define PREFIXHIT_DEFINE_ERROR(Name, kind_value)                                    \
-  class Name : public Error {                                                       \
-   public:                                                                          \
+#define PREFIXHIT_DEFINE_ERROR(Name, kind_value)                                         \
+  class Name : public Error {                                                            \
+   public:                                                                               \
     explicit Name(const std::string& message) : Error(ErrorKind::kind_value, message) {} \
   }
 

@@ -22,8 +22,8 @@ class span {
  public:
   constexpr span() noexcept = default;
   constexpr span(T* data, std::size_t size) noexcept : data_(data), size_(size) {}
-  template <class C, class = std::enable_if_t<std::is_convertible_v<
-                         decltype(std::declval<C&>().data()), T*>>>
+  template <class C, class = std::enable_if_t<
+                         std::is_convertible_v<decltype(std::declval<C&>().data()), T*>>>
   constexpr span(C& container) noexcept  // NOLINT(google-explicit-constructor)
       : data_(container.data()), size_(container.size()) {}
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T>>>

@@ -75,8 +75,8 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int6
 /// Full attention and MLA (SEMANTICS.md 4.1). Returns the hit length in tokens.
 template <class Probe>
 PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, std::int64_t n,
-                                              std::int64_t max_len, bool drop,
-                                              const Probe& probe, GroupHit& out) {
+                                              std::int64_t max_len, bool drop, const Probe& probe,
+                                              GroupHit& out) {
   const std::int64_t b = plan.spec_groups[sg].block_size;
   const std::int64_t a = plan.alignment;
   const std::int64_t h = plan.hash_block_size;
@@ -192,7 +192,8 @@ PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::i
     return ErrorKind::unsupported_alignment_chunked_local;
   }
   const std::int64_t s = b / plan.hash_block_size;
-  const std::int64_t start = max_len == 0 ? 0 : floor_div(max_len, spec.chunk_size) * spec.chunk_size;
+  const std::int64_t start =
+      max_len == 0 ? 0 : floor_div(max_len, spec.chunk_size) * spec.chunk_size;
   const std::int64_t skipped = floor_div(start, b);
   const std::int64_t total = floor_div(max_len, b);
   std::int64_t blocks = skipped;

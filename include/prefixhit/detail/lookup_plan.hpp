@@ -27,8 +27,8 @@ struct SpecGroupPlan {
   bool is_full_attention = false;  ///< sorted first; evaluated once in the fixed point
   bool use_eagle = false;          ///< after the any-member rule and the fallback
   std::int64_t block_size = 0;
-  std::int64_t window = 0;      ///< sliding window, in tokens
-  std::int64_t chunk_size = 0;  ///< chunked local attention, in tokens
+  std::int64_t window = 0;        ///< sliding window, in tokens
+  std::int64_t chunk_size = 0;    ///< chunked local attention, in tokens
   std::int32_t first_member = 0;  ///< into LookupPlan::members
   std::int32_t num_members = 0;
 };
