@@ -378,14 +378,9 @@ struct BlockIndex::Impl {
       }
       const auto slot = static_cast<std::uint64_t>(found);
       const std::uint64_t base = (slot >> kBucketShift) << kBucketShift;
-      // A bucket that still has an empty slot has never been full, so no probe sequence runs
-      // past it: the slot can become empty again instead of a tombstone.
-      if (match_tags(tags + base, detail::kEmptyTag) != 0) {
-        tags[slot] = detail::kEmptyTag;
-      } else {
-        tags[slot] = detail::kTombstoneTag;
-        ++tombstones;
-      }
+      const std::uint8_t erased = detail::erased_tag(detail::load_bucket_tags(tags + base));
+      tags[slot] = erased;
+      tombstones += erased == detail::kTombstoneTag ? 1U : 0U;
       --live;
       ++removed;
     }

@@ -202,38 +202,77 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lowest_bit(std::uint32_t mask) {
 #endif
 }
 
+/// Full key compare against a stored digest (as four words) and meta word.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool slot_words_equal(const SlotKey& key,
+                                                         const std::uint64_t (&stored)[4],
+                                                         std::uint32_t stored_meta) {
+  return ((key.w[0] ^ stored[0]) | (key.w[1] ^ stored[1]) | (key.w[2] ^ stored[2]) |
+          (key.w[3] ^ stored[3]) | static_cast<std::uint64_t>(key.meta ^ stored_meta)) == 0;
+}
+
 /// Full key compare: all 32 digest bytes and the meta word (namespace and group id).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool slot_key_equal(const SlotKey& key,
                                                        const BlockDigest& stored_digest,
                                                        std::uint32_t stored_meta) {
   std::uint64_t s[4];
   std::memcpy(s, &stored_digest, sizeof(s));
-  return ((key.w[0] ^ s[0]) | (key.w[1] ^ s[1]) | (key.w[2] ^ s[2]) | (key.w[3] ^ s[3]) |
-          static_cast<std::uint64_t>(key.meta ^ stored_meta)) == 0;
+  return slot_words_equal(key, s, stored_meta);
 }
+
+/// How find_slot_with reads the table: plain loads, the same on host and device. The device
+/// index supplies its own policy (vector loads through the read-only cache) with the same
+/// meaning, so the probe loop itself exists once.
+struct PlainSlotLoads {
+  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE BucketTags tags(const std::uint8_t* bucket_tags) {
+    return load_bucket_tags(bucket_tags);
+  }
+  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE void digest(const BlockDigest* digest,
+                                                        std::uint64_t (&out)[4]) {
+    std::memcpy(out, digest, sizeof(out));
+  }
+  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE std::uint32_t meta(const std::uint32_t* meta) {
+    return *meta;
+  }
+};
 
 /// Looks a key up in a table without concurrent writers (tags, metas, digests as above).
 /// Returns the slot or -1. Probes at most every bucket once.
-PREFIXHIT_HD inline std::int64_t find_slot(const std::uint8_t* tags, const std::uint32_t* metas,
-                                           const BlockDigest* digests, std::uint64_t bucket_mask,
-                                           const SlotKey& key, const SlotPlace& place) {
+template <class Loads>
+PREFIXHIT_HD inline std::int64_t find_slot_with(const std::uint8_t* tags,
+                                                const std::uint32_t* metas,
+                                                const BlockDigest* digests,
+                                                std::uint64_t bucket_mask, const SlotKey& key,
+                                                const SlotPlace& place) {
   for (std::uint64_t i = 0; i <= bucket_mask; ++i) {
-    const std::uint64_t bucket = probe_bucket(place, i, bucket_mask);
-    const std::uint64_t base = bucket << kBucketShift;
-    const BucketTags t = load_bucket_tags(tags + base);
-    std::uint32_t candidates = match_bucket(t, place.tag);
-    while (candidates != 0) {
-      const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(candidates));
-      if (slot_key_equal(key, digests[slot], metas[slot])) {
+    const std::uint64_t base = probe_bucket(place, i, bucket_mask) << kBucketShift;
+    const BucketTags t = Loads::tags(tags + base);
+    for (std::uint32_t c = match_bucket(t, place.tag); c != 0; c &= c - 1) {
+      const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(c));
+      std::uint64_t stored[4];
+      Loads::digest(digests + slot, stored);
+      if (slot_words_equal(key, stored, Loads::meta(metas + slot))) {
         return static_cast<std::int64_t>(slot);
       }
-      candidates &= candidates - 1;
     }
     if (match_bucket(t, kEmptyTag) != 0) {
-      return -1;
+      return -1;  // no key lies beyond the first bucket with an empty slot
     }
   }
   return -1;
+}
+
+PREFIXHIT_HD inline std::int64_t find_slot(const std::uint8_t* tags, const std::uint32_t* metas,
+                                           const BlockDigest* digests, std::uint64_t bucket_mask,
+                                           const SlotKey& key, const SlotPlace& place) {
+  return find_slot_with<PlainSlotLoads>(tags, metas, digests, bucket_mask, key, place);
+}
+
+/// What an erase writes into a found slot. A bucket that still has an empty slot has never been
+/// full since the last rehash (inserts only fill slots, and this rule never empties a slot of a
+/// full bucket), so no probe sequence continues past it and the slot can become empty again;
+/// otherwise it becomes a tombstone, which keeps the later keys of a sequence reachable.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint8_t erased_tag(const BucketTags& bucket) {
+  return match_bucket(bucket, kEmptyTag) != 0 ? kEmptyTag : kTombstoneTag;
 }
 
 // ---- capacity policy, shared by both indexes ----------------------------------------------
