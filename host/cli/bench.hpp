@@ -1,0 +1,61 @@
+// Workloads and result rows shared by `prefixhit bench` on the CPU and on the GPU.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "prefixhit/block_index.hpp"
+#include "prefixhit/coordinator.hpp"
+#include "prefixhit/types.hpp"
+
+namespace prefixhit::cli {
+
+/// A named model shape (SEMANTICS.md terms) and its default prompt length.
+struct Workload {
+  std::string name;
+  Config config;
+  std::int64_t tokens = 0;  ///< prompt length of every request
+};
+
+/// dsv4-flash, fa-3swa, fa-mamba-align.
+const std::vector<std::string>& workload_names();
+/// Throws InvalidArgument for an unknown name. tokens <= 0 keeps the workload's default.
+Workload make_workload(const std::string& name, std::int64_t tokens = 0);
+
+/// Hash chains of `requests` distinct prompts, concatenated: request r owns
+/// [r*n, (r+1)*n) with n = tokens / H. Deterministic for a seed.
+std::vector<BlockDigest> make_request_hashes(const Workload& workload, std::int64_t requests,
+                                             std::uint64_t seed);
+
+/// What the store holds for each request.
+enum class StoreShape {
+  full,                  ///< every block key of every group
+  with_hole,             ///< full, less the blocks covering the token at 3/4 of the prompt
+  store_mask_roundtrip,  ///< exactly what store_mask(aligned prompt) writes
+};
+
+/// Inserts the keys `shape` says a store holds for one request into `index` under `ns`.
+void fill_store(BlockIndex& index, Namespace ns, const Coordinator& coordinator,
+                span<const BlockDigest> hashes, std::int64_t tokens, StoreShape shape);
+
+/// One line of bench output.
+struct BenchRow {
+  std::string workload;
+  std::string backend;
+  std::string op;
+  std::int64_t requests = 0;  ///< requests per call
+  std::int64_t tokens = 0;    ///< tokens per request
+  double us_per_call = 0;     ///< end-to-end wall time per call
+  double calls_per_s = 0;
+  std::optional<double> device_us;   ///< GPU: device time per call (CUDA events)
+  std::optional<double> keys_per_s;  ///< keys probed per second, where counted
+};
+
+/// Times the lookup ops of `workload` on the GPU with batches of `requests` requests, for at
+/// least `min_seconds` each. Throws Unavailable without CUDA or a device.
+std::vector<BenchRow> run_gpu_bench(const Workload& workload, std::int64_t requests,
+                                    double min_seconds);
+
+}  // namespace prefixhit::cli

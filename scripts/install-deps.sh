@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for building and testing prefixhit: Debian packages through
+# apt-get and Python packages through pip. Does nothing for what is already there.
+set -euo pipefail
+
+debian_packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev googletest libgtest-dev
+                 libbenchmark-dev clang)
+missing=()
+for pkg in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: apt-get install ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+python_packages=(numpy pytest nanobind scikit-build-core)
+py_missing=()
+for pkg in "${python_packages[@]}"; do
+  module=${pkg//-/_}
+  python3 -c "import ${module}" 2>/dev/null || py_missing+=("$pkg")
+done
+if ((${#py_missing[@]})); then
+  echo "install-deps: pip install ${py_missing[*]}"
+  python3 -m pip install -q "${py_missing[@]}"
+fi
