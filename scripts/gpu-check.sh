@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The one-call GPU check, for a machine with an NVIDIA H100/H200 (sm_90). In order:
+#   1. builds with -arch=sm_90 from what travels (.carry/: header-only libraries, GoogleTest's
+#      sources, the vectors; Google Benchmark is used only if the machine has it);
+#   2. runs every GPU test and the conformance vectors on the GPU backend;
+#   3. runs compute-sanitizer memcheck and racecheck on small inputs;
+#   4. runs the GPU benchmarks (`prefixhit bench --backend gpu`, plus the Google Benchmark
+#      suites when they were built);
+#   5. writes a short markdown table to $OUT/gpu-table.md (and prints it).
+# Never changes the GPU's clocks, power or mode. Usage: OUT=/some/dir scripts/gpu-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/build/gpu-check-out}
+mkdir -p "$OUT"
+log() { echo "[gpu-check $(date +%H:%M:%S)] $*"; }
+declare -a rows=()
+row() { rows+=("| $1 | $2 | $3 |"); }
+
+vectors=../shared/conformance/vectors
+[ -d "$vectors" ] || vectors=$PWD/.carry/vectors
+build=build/gpu-check
+
+# ---- 1. build ----------------------------------------------------------------------------------
+log "configure + build (sm_90)"
+start=$(date +%s)
+if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DPREFIXHIT_THIRD_PARTY_DIR="$PWD/.carry" -DPREFIXHIT_VECTORS_DIR="$vectors" \
+     -DPREFIXHIT_BUILD_BENCHMARKS=ON >"$OUT/build.log" 2>&1 &&
+   cmake --build "$build" -j "$(nproc)" >>"$OUT/build.log" 2>&1; then
+  row build ok "$(( $(date +%s) - start )) s, $(grep -c 'CUDA backend ON' "$OUT/build.log") CUDA"
+else
+  row build FAILED "see build.log"
+  tail -40 "$OUT/build.log"
+fi
+cli=$build/host/cli/prefixhit
+gpu_tests=$build/tests/prefixhit_gpu_tests
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
+  --format=csv,noheader | tee "$OUT/device.txt"
+
+# ---- 2. GPU tests and vectors on the GPU --------------------------------------------------------
+if [ -x "$gpu_tests" ]; then
+  log "GPU tests"
+  PREFIXHIT_VECTORS=$vectors timeout 300 "$gpu_tests" --gtest_brief=1 \
+    --gtest_output="xml:$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+  rc=$?
+  summary=$(python3 - "$OUT/gpu-tests.xml" <<'PY' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+t, f, e, s = (int(r.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+print(f"{t - f - e - s} passed, {f + e} failed, {s} skipped")
+PY
+)
+  row "GPU tests" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "${summary:-no xml (rc $rc)}"
+else
+  row "GPU tests" FAILED "not built"
+fi
+if [ -x "$cli" ]; then
+  log "vectors on the GPU backend"
+  timeout 300 "$cli" conformance --backend gpu "$vectors" >"$OUT/conformance-gpu.log" 2>&1
+  rc=$?
+  row "vectors (gpu)" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "$(tail -1 "$OUT/conformance-gpu.log")"
+fi
+
+# ---- 3. compute-sanitizer -----------------------------------------------------------------------
+if command -v compute-sanitizer >/dev/null && [ -x "$gpu_tests" ]; then
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer $tool"
+    PREFIXHIT_VECTORS=$vectors PREFIXHIT_SMALL_GPU_TESTS=1 timeout 240 compute-sanitizer \
+      --tool "$tool" --error-exitcode 99 "$gpu_tests" --gtest_brief=1 \
+      --gtest_filter='-*Large*:*Benchmark*' >"$OUT/sanitizer-$tool.log" 2>&1
+    rc=$?
+    errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$OUT/sanitizer-$tool.log" | tail -1)
+    row "compute-sanitizer $tool" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" \
+      "${errors:-rc $rc}"
+  done
+else
+  row compute-sanitizer FAILED "compute-sanitizer or GPU tests missing"
+fi
+
+# ---- 4. benchmarks ------------------------------------------------------------------------------
+if [ -x "$cli" ]; then
+  for requests in 1 64 1024; do
+    log "bench --backend gpu dsv4-flash, $requests requests"
+    timeout 180 "$cli" bench --backend gpu --workload dsv4-flash --requests "$requests" \
+      --min-time 0.3 --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
+  done
+  for workload in fa-3swa fa-mamba-align; do
+    timeout 180 "$cli" bench --backend gpu --workload "$workload" --requests 64 --min-time 0.3 \
+      --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
+  done
+  timeout 120 "$cli" bench --backend cpu --workload dsv4-flash --requests 8 --min-time 0.3 \
+    --json >>"$OUT/bench-cpu.jsonl" 2>>"$OUT/bench-gpu.err"
+  python3 - "$OUT/bench-gpu.jsonl" "$OUT/bench-cpu.jsonl" >"$OUT/bench-table.md" <<'PY'
+import json, sys
+rows = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.strip()]
+print("| workload | backend | op | requests | us/call | device us | keys/s |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for r in rows:
+    print(f"| {r['workload']} | {r['backend']} | {r['op']} | {r['requests']} | "
+          f"{r['us_per_call']:.2f} | {r.get('device_us', float('nan')):.2f} | "
+          f"{r.get('keys_per_s', float('nan')):.3g} |")
+PY
+  row "bench (cli)" "$([ -s "$OUT/bench-gpu.jsonl" ] && echo ok || echo FAILED)" \
+    "$(wc -l <"$OUT/bench-gpu.jsonl" 2>/dev/null || echo 0) rows, see bench-table.md"
+fi
+for bench in "$build"/benchmarks/prefixhit_gpu_benchmarks; do
+  if [ -x "$bench" ]; then
+    log "Google Benchmark GPU suites"
+    timeout 300 "$bench" --benchmark_min_time=0.2 --benchmark_format=console \
+      >"$OUT/gbench-gpu.log" 2>&1
+    row "gbench (gpu)" "$([ $? -eq 0 ] && echo ok || echo FAILED)" "see gbench-gpu.log"
+  else
+    row "gbench (gpu)" skipped "Google Benchmark not on this machine; cli bench used"
+  fi
+done
+
+# ---- 5. the table -------------------------------------------------------------------------------
+{
+  echo "### $(date -u +%Y-%m-%dT%H:%MZ) — $(cat "$OUT/device.txt" 2>/dev/null || echo 'no GPU found')"
+  echo
+  echo "| step | result | detail |"
+  echo "| --- | --- | --- |"
+  printf '%s\n' "${rows[@]}"
+  echo
+  cat "$OUT/bench-table.md" 2>/dev/null
+} >"$OUT/gpu-table.md"
+cat "$OUT/gpu-table.md"
+! grep -q FAILED "$OUT/gpu-table.md"
