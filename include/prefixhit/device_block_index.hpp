@@ -82,8 +82,10 @@ struct DeviceBlockIndexRef {
 };
 
 /// Where the index gets device memory. Both empty: cudaMalloc / cudaFree. Otherwise both must
-/// be set; `allocate` returns device memory (never managed memory) or nullptr / throws on
-/// failure. Calls are ordered on `stream`.
+/// be set; `allocate` returns device memory aligned to at least 32 bytes (never managed memory),
+/// or returns nullptr / throws on failure (the index then throws CudaError). `allocate` gets the
+/// stream of the call that needs the memory; `deallocate` gets the default stream (nullptr),
+/// since the allocating stream may be gone by then.
 struct DeviceAllocator {
   std::function<void*(std::size_t bytes, cudaStream_t stream)> allocate;
   std::function<void(void* ptr, std::size_t bytes, cudaStream_t stream)> deallocate;
