@@ -1,0 +1,259 @@
+/* The C ABI of prefixhit: prefix-hit lookups for LLM serving, callable from C, Rust, Go, ...
+ *
+ * Conventions
+ *   - Every function that can fail returns a prefixhit_status; PREFIXHIT_OK is 0. On failure,
+ *     prefixhit_last_error() returns a message naming the problem. The message is thread-local
+ *     and stays valid until the next prefixhit call on the same thread.
+ *   - Objects are opaque handles created by *_create (or returned by a call) and released by
+ *     *_destroy. Destroying NULL is a no-op.
+ *   - No C++ exception ever crosses this boundary; allocation failure is
+ *     PREFIXHIT_STATUS_OUT_OF_MEMORY.
+ *   - Digests are 32 bytes each, passed as `const uint8_t*` to n * 32 contiguous bytes.
+ *   - A coordinator is immutable after creation and may be used from many threads at once. A
+ *     block index is thread-safe. A key set may be read from many threads but not written
+ *     while it is read.
+ *
+ * Semantics follow the reference coordinator (see SEMANTICS.md of the conformance set).
+ */
+#ifndef PREFIXHIT_PREFIXHIT_H_
+#define PREFIXHIT_PREFIXHIT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define PREFIXHIT_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define PREFIXHIT_API __attribute__((visibility("default")))
+#else
+#define PREFIXHIT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ----------------------------------------------------------------------------------
+ * Values 0..11 mirror prefixhit::ErrorKind (include/prefixhit/error_kind.hpp); the last two are
+ * failures of the boundary itself. */
+typedef enum prefixhit_status {
+  PREFIXHIT_OK = 0,
+  PREFIXHIT_STATUS_INVALID_CONFIG = 1,
+  PREFIXHIT_STATUS_UNALIGNED_LENGTH = 2,
+  PREFIXHIT_STATUS_UNSUPPORTED_EAGLE_CHUNKED_LOCAL = 3,
+  PREFIXHIT_STATUS_UNSUPPORTED_ALIGNMENT_CHUNKED_LOCAL = 4,
+  PREFIXHIT_STATUS_UNSUPPORTED_ALIGNMENT_SLIDING_WINDOW = 5,
+  PREFIXHIT_STATUS_INVALID_ARGUMENT = 6,
+  PREFIXHIT_STATUS_CAPACITY_EXCEEDED = 7,
+  PREFIXHIT_STATUS_IO_ERROR = 8,
+  PREFIXHIT_STATUS_FORMAT_ERROR = 9,
+  PREFIXHIT_STATUS_CUDA_ERROR = 10,
+  PREFIXHIT_STATUS_UNAVAILABLE = 11,
+  PREFIXHIT_STATUS_OUT_OF_MEMORY = 64, /* std::bad_alloc */
+  PREFIXHIT_STATUS_INTERNAL = 65       /* any other unexpected failure */
+} prefixhit_status;
+
+/* The message of the last failed call on this thread ("" if the last call succeeded). */
+PREFIXHIT_API const char* prefixhit_last_error(void);
+/* The snake_case name of a status ("ok", "invalid_config", ...). Never NULL. */
+PREFIXHIT_API const char* prefixhit_status_name(prefixhit_status status);
+/* The library version, e.g. "0.1.0". */
+PREFIXHIT_API const char* prefixhit_version(void);
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+enum { PREFIXHIT_DIGEST_SIZE = 32, PREFIXHIT_MAX_GROUPS = 32 };
+
+typedef enum prefixhit_group_kind {
+  PREFIXHIT_FULL_ATTENTION = 0,
+  PREFIXHIT_MLA_ATTENTION = 1,
+  PREFIXHIT_SLIDING_WINDOW = 2,
+  PREFIXHIT_SLIDING_WINDOW_MLA = 3,
+  PREFIXHIT_CHUNKED_LOCAL = 4,
+  PREFIXHIT_MAMBA = 5
+} prefixhit_group_kind;
+
+typedef enum prefixhit_mamba_cache_mode {
+  PREFIXHIT_MAMBA_NONE = 0,
+  PREFIXHIT_MAMBA_ALIGN = 1,
+  PREFIXHIT_MAMBA_ALL = 2
+} prefixhit_mamba_cache_mode;
+
+/* One KV-cache group's spec. Zero-initialise, then set what the kind needs. */
+typedef struct prefixhit_group_spec {
+  prefixhit_group_kind kind;
+  int64_t block_size;
+  int eagle; /* nonzero: the group holds EAGLE/MTP draft layers */
+  int64_t num_kv_heads;
+  int64_t head_size;
+  const char* dtype; /* NULL is "" */
+  /* Window and chunk in tokens; 0 means "not set" (a set value must be positive). */
+  int64_t sliding_window;
+  int64_t attention_chunk_size;
+  prefixhit_mamba_cache_mode mamba_cache_mode;
+  int64_t state_dim;
+} prefixhit_group_spec;
+
+/* retention_interval: PREFIXHIT_NO_RETENTION_INTERVAL for the reference's None. */
+#define PREFIXHIT_NO_RETENTION_INTERVAL (-1)
+/* num_prompt_tokens of store_mask: PREFIXHIT_NO_PROMPT_LENGTH when not supplied. */
+#define PREFIXHIT_NO_PROMPT_LENGTH (-1)
+
+typedef struct prefixhit_config {
+  int64_t hash_block_size;      /* H */
+  int64_t scheduler_block_size; /* S */
+  int use_eagle;
+  int64_t retention_interval; /* PREFIXHIT_NO_RETENTION_INTERVAL, 0 or positive */
+  const prefixhit_group_spec* groups;
+  size_t num_groups;
+} prefixhit_config;
+
+/* ---- handles ------------------------------------------------------------------------------- */
+
+typedef struct prefixhit_coordinator prefixhit_coordinator;
+typedef struct prefixhit_key_set prefixhit_key_set;
+typedef struct prefixhit_block_index prefixhit_block_index;
+typedef struct prefixhit_lookup_result prefixhit_lookup_result;
+typedef struct prefixhit_chunk_masks prefixhit_chunk_masks;
+
+/* ---- coordinator --------------------------------------------------------------------------- */
+
+/* Validates the configuration (PREFIXHIT_STATUS_INVALID_CONFIG) and plans the spec groups. */
+PREFIXHIT_API prefixhit_status prefixhit_coordinator_create(const prefixhit_config* config,
+                                                            prefixhit_coordinator** out);
+PREFIXHIT_API void prefixhit_coordinator_destroy(prefixhit_coordinator* coordinator);
+
+PREFIXHIT_API prefixhit_status
+prefixhit_coordinator_num_groups(const prefixhit_coordinator* coordinator, int32_t* out);
+/* A: hash_block_size with partial hash hits, else scheduler_block_size. */
+PREFIXHIT_API prefixhit_status
+prefixhit_coordinator_lookup_alignment(const prefixhit_coordinator* coordinator, int64_t* out);
+PREFIXHIT_API prefixhit_status
+prefixhit_coordinator_partial_hash_hits(const prefixhit_coordinator* coordinator, int* out);
+/* Sorted EAGLE group ids. Writes min(count, capacity) ids to `ids` (may be NULL when capacity
+ * is 0) and the total to *count. */
+PREFIXHIT_API prefixhit_status prefixhit_coordinator_eagle_group_ids(
+    const prefixhit_coordinator* coordinator, int32_t* ids, size_t capacity, size_t* count);
+/* Spec groups (equal specs merged, full attention first), in processing order. */
+PREFIXHIT_API prefixhit_status
+prefixhit_coordinator_num_spec_groups(const prefixhit_coordinator* coordinator, size_t* out);
+/* Spec group k: writes min(members, capacity) member ids (ascending) to `member_ids`, the total
+ * to *num_members and its EAGLE flag to *use_eagle (either may be NULL). */
+PREFIXHIT_API prefixhit_status prefixhit_coordinator_spec_group(
+    const prefixhit_coordinator* coordinator, size_t k, int32_t* member_ids, size_t capacity,
+    size_t* num_members, int* use_eagle);
+PREFIXHIT_API prefixhit_status prefixhit_coordinator_align_lookup_length(
+    const prefixhit_coordinator* coordinator, int64_t length, int64_t* out);
+
+/* ---- stores -------------------------------------------------------------------------------- */
+
+/* A caller-supplied set of (group id, key) pairs. */
+PREFIXHIT_API prefixhit_status prefixhit_key_set_create(prefixhit_key_set** out);
+PREFIXHIT_API void prefixhit_key_set_destroy(prefixhit_key_set* set);
+/* Adds num_keys keys (num_keys * 32 bytes) of one group; *added (may be NULL) counts new ones. */
+PREFIXHIT_API prefixhit_status prefixhit_key_set_insert(prefixhit_key_set* set, int32_t group_id,
+                                                        const uint8_t* keys, size_t num_keys,
+                                                        size_t* added);
+PREFIXHIT_API prefixhit_status prefixhit_key_set_size(const prefixhit_key_set* set, size_t* out);
+
+/* The resident CPU block index. options may be NULL for the defaults. */
+typedef struct prefixhit_block_index_options {
+  size_t initial_capacity; /* 0: the default (65536 slots) */
+  double max_load_factor;  /* 0: the default (0.8) */
+  size_t max_capacity;     /* 0: unbounded */
+  uint64_t seed;           /* 0: a random seed */
+} prefixhit_block_index_options;
+
+PREFIXHIT_API prefixhit_status prefixhit_block_index_create(
+    const prefixhit_block_index_options* options, prefixhit_block_index** out);
+PREFIXHIT_API void prefixhit_block_index_destroy(prefixhit_block_index* index);
+PREFIXHIT_API prefixhit_status prefixhit_block_index_insert(prefixhit_block_index* index,
+                                                            uint32_t ns, int32_t group_id,
+                                                            const uint8_t* keys, size_t num_keys,
+                                                            size_t* inserted);
+PREFIXHIT_API prefixhit_status prefixhit_block_index_erase(prefixhit_block_index* index,
+                                                           uint32_t ns, int32_t group_id,
+                                                           const uint8_t* keys, size_t num_keys,
+                                                           size_t* erased);
+/* present[i] = 1 if key i is in the index, else 0. */
+PREFIXHIT_API prefixhit_status prefixhit_block_index_contains(const prefixhit_block_index* index,
+                                                              uint32_t ns, int32_t group_id,
+                                                              const uint8_t* keys, size_t num_keys,
+                                                              uint8_t* present);
+PREFIXHIT_API prefixhit_status prefixhit_block_index_size(const prefixhit_block_index* index,
+                                                          size_t* out);
+
+/* A lookup's store: exactly one of key_set / block_index is non-NULL. `ns` is the block index
+ * namespace (ignored for a key set). */
+typedef struct prefixhit_store {
+  const prefixhit_key_set* key_set;
+  const prefixhit_block_index* block_index;
+  uint32_t ns;
+} prefixhit_store;
+
+/* ---- lookups ------------------------------------------------------------------------------- */
+
+/* The longest prefix hit of one request: hashes are num_hashes digests, 0 <= max_length <
+ * (num_hashes + 1) * H. apply_eagle is normally nonzero (the receive path passes 0). */
+PREFIXHIT_API prefixhit_status prefixhit_find_longest_cache_hit(
+    const prefixhit_coordinator* coordinator, const uint8_t* hashes, size_t num_hashes,
+    int64_t max_length, const prefixhit_store* store, int apply_eagle,
+    prefixhit_lookup_result** out);
+/* Which blocks of an already-decided hit to read (every key present, no EAGLE drop). */
+PREFIXHIT_API prefixhit_status prefixhit_load_mask(const prefixhit_coordinator* coordinator,
+                                                   size_t num_hashes, int64_t token_len,
+                                                   prefixhit_lookup_result** out);
+
+PREFIXHIT_API void prefixhit_lookup_result_destroy(prefixhit_lookup_result* result);
+PREFIXHIT_API prefixhit_status
+prefixhit_lookup_result_hit_length(const prefixhit_lookup_result* result, int64_t* out);
+PREFIXHIT_API prefixhit_status
+prefixhit_lookup_result_num_groups(const prefixhit_lookup_result* result, int32_t* out);
+/* Group g's block list is num_blocks entries: the first num_placeholders are placeholders
+ * (false), the rest are blocks to load (true). Either output may be NULL. */
+PREFIXHIT_API prefixhit_status prefixhit_lookup_result_group(const prefixhit_lookup_result* result,
+                                                             int32_t group_id, int64_t* num_blocks,
+                                                             int64_t* num_placeholders);
+/* The reference's list for group g: mask[i] = 1 for a loaded block, 0 for a placeholder.
+ * Writes min(len, capacity) entries and the full length to *len. */
+PREFIXHIT_API prefixhit_status prefixhit_lookup_result_mask(const prefixhit_lookup_result* result,
+                                                            int32_t group_id, uint8_t* mask,
+                                                            size_t capacity, size_t* len);
+
+/* Many lookups in one call. Request r owns digests [offsets[r], offsets[r+1]) of `digests`
+ * (offsets has num_requests + 1 entries, offsets[0] == 0, offsets[num_requests] ==
+ * num_digests). apply_eagle: NULL for "apply" everywhere, else one flag per request.
+ * num_threads: 0 for every hardware thread. Outputs (caller-allocated): hit_lengths
+ * [num_requests], num_blocks and num_placeholders [num_requests * num_groups], row-major. On
+ * error nothing useful is in the outputs and the message names the first failing request. */
+PREFIXHIT_API prefixhit_status prefixhit_find_longest_cache_hits(
+    const prefixhit_coordinator* coordinator, const uint8_t* digests, size_t num_digests,
+    const int64_t* offsets, const int64_t* max_lengths, const uint8_t* apply_eagle,
+    size_t num_requests, const prefixhit_store* store, int num_threads, int64_t* hit_lengths,
+    int64_t* num_blocks, int64_t* num_placeholders);
+
+/* ---- store and lookup masks ---------------------------------------------------------------- */
+
+/* Which chunks of each group a save of tokens [start_token, aligned_token_len) writes.
+ * num_prompt_tokens: PREFIXHIT_NO_PROMPT_LENGTH when not supplied. */
+PREFIXHIT_API prefixhit_status prefixhit_store_mask(const prefixhit_coordinator* coordinator,
+                                                    int64_t aligned_token_len, int64_t start_token,
+                                                    int64_t num_prompt_tokens,
+                                                    prefixhit_chunk_masks** out);
+PREFIXHIT_API prefixhit_status prefixhit_lookup_mask(const prefixhit_coordinator* coordinator,
+                                                     int64_t aligned_token_len,
+                                                     prefixhit_chunk_masks** out);
+PREFIXHIT_API void prefixhit_chunk_masks_destroy(prefixhit_chunk_masks* masks);
+/* Group g's mask over chunks [first_chunk, end_chunk). *is_all = 1 is the reference's None
+ * ("every chunk"), and then *keep is NULL; otherwise *keep points to end_chunk - first_chunk
+ * bytes (1 = write the chunk) owned by `masks`. Any output may be NULL. */
+PREFIXHIT_API prefixhit_status prefixhit_chunk_masks_get(const prefixhit_chunk_masks* masks,
+                                                         int32_t group_id, int64_t* first_chunk,
+                                                         int64_t* end_chunk, int* is_all,
+                                                         const uint8_t** keep);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PREFIXHIT_PREFIXHIT_H_ */

@@ -1,0 +1,225 @@
+// Shared pieces of the Python bindings: input conversion (digests, integer arrays, stores),
+// the error translation and the numpy result helpers.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "prefixhit/block_index.hpp"
+#include "prefixhit/coordinator.hpp"
+#include "prefixhit/existence.hpp"
+#include "prefixhit/gpu.hpp"
+#include "prefixhit/types.hpp"
+
+namespace prefixhit::py {
+
+namespace nb = nanobind;
+
+/// Raises the prefixhit.errors exception class for `kind` (with `.kind` set).
+[[noreturn]] void raise_error(ErrorKind kind, const std::string& message);
+/// Registers the C++ -> Python exception translation. Called once at import.
+void register_error_translation();
+
+/// A Python object holding a read-only buffer; released on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
+  /// Requests a C-contiguous buffer with format information. Returns false (Python error
+  /// cleared) when the object exports none or not a contiguous one.
+  bool acquire(nb::handle obj);
+  void release() noexcept;
+  const Py_buffer& view() const noexcept { return view_; }
+  /// The struct format character, without byte-order prefix ('B' when the exporter gave none).
+  char format_char() const noexcept;
+  /// Whether the format names a multi-byte string of `size` bytes, e.g. numpy "S32" -> "32s".
+  bool is_fixed_bytes(std::size_t size) const;
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+};
+
+/// How a digest argument may be shaped.
+enum class DigestShape {
+  /// A sequence of 32-byte bytes-like items, or a [n, 32] uint8 array (one request's hashes).
+  sequence,
+  /// Also a flat bytes-like object of n*32 bytes (batch and index arguments).
+  sequence_or_flat,
+};
+
+/// Digests taken from Python: borrowed when the input is a suitable buffer, else copied.
+/// For a list or tuple of `bytes`, `items` keeps the original objects so that a Python-set
+/// store can be probed without building new bytes objects.
+class Digests {
+ public:
+  Digests(nb::handle obj, const char* name, DigestShape shape);
+  span<const BlockDigest> view() const noexcept { return {data_, size_}; }
+  std::size_t size() const noexcept { return size_; }
+  const BlockDigest* data() const noexcept { return data_; }
+  /// Original `bytes` items (borrowed from `keep_`), or empty.
+  const std::vector<PyObject*>& items() const noexcept { return items_; }
+
+ private:
+  void from_buffer(const char* name, DigestShape shape);
+  void from_sequence(nb::handle obj, const char* name);
+
+  Buffer buffer_;
+  nb::object keep_;
+  std::vector<BlockDigest> owned_;
+  std::vector<PyObject*> items_;
+  const BlockDigest* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// A 1-D integer argument: borrowed when the buffer already has type T, else converted with
+/// range checks. Accepts buffers (numpy arrays, array.array), sequences of ints and, when
+/// `allow_scalar`, a single int (broadcast later by the caller; see `scalar()`).
+template <class T>
+class IntArray {
+ public:
+  IntArray(nb::handle obj, const char* name, bool allow_scalar = false);
+  span<const T> view() const noexcept { return {data_, size_}; }
+  std::size_t size() const noexcept { return size_; }
+  const std::optional<T>& scalar() const noexcept { return scalar_; }
+
+ private:
+  Buffer buffer_;
+  nb::object keep_;
+  std::vector<T> owned_;
+  std::optional<T> scalar_;
+  const T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Converts a Python int (or an object with __index__, such as numpy integers) to int64 with a
+/// TypeError naming the argument for anything else (float, str, None).
+std::int64_t to_int64(nb::handle obj, const char* name);
+
+/// A Python `bytes` copy of one digest.
+nb::bytes digest_bytes(const BlockDigest& digest);
+
+/// Whether `obj` is a DLPack-capable array that lives on a CUDA device (tensor or managed
+/// memory). Host arrays (numpy, CPU tensors, pinned host memory) return false.
+bool is_cuda_array(nb::handle obj);
+
+/// The Python Coordinator: the C++ one plus its GPU engine, made on the first device batch
+/// (the GIL serialises that creation).
+struct PyCoordinator {
+  explicit PyCoordinator(Config config) : c(std::move(config)) {}
+  Coordinator c;
+  std::unique_ptr<gpu::BatchLookupEngine> engine;
+};
+
+// ---- stores ------------------------------------------------------------------------------------
+
+/// The Python-side KeySet class: the C++ KeySet.
+struct PyKeySet {
+  KeySet set;
+};
+
+/// The Python-side BlockIndex class: "cpu" wraps the resident index; "cuda" the device index
+/// when the build has it.
+struct PyBlockIndex;
+/// A lookup's view of a PyBlockIndex in one namespace (CPU indexes only).
+const ExistenceSource* cpu_view(const PyBlockIndex& index, Namespace ns,
+                                std::optional<BlockIndex::View>& storage);
+bool is_block_index(nb::handle obj);
+PyBlockIndex& as_block_index(nb::handle obj);
+void bind_block_index(nb::module_& m);
+
+/// A KeyPlan plus the number of groups of the coordinator that made it.
+struct PyKeyPlan {
+  KeyPlan plan;
+  int num_groups = 0;
+};
+/// A remote store's answers to a KeyPlan, usable as a lookup store.
+struct PyPlanAnswers {
+  std::unique_ptr<PlanAnswers> answers;
+  std::int64_t num_hashes = 0;
+};
+
+/// Probes a Python container with `(group_id, key) in store`, holding the GIL. A Python error
+/// raised by the container stops further probing and is re-raised by `check()`.
+class PyContainsSource final : public ExistenceSource {
+ public:
+  PyContainsSource(nb::handle container, const Digests& digests);
+  ~PyContainsSource() override;
+  PyContainsSource(const PyContainsSource&) = delete;
+  PyContainsSource& operator=(const PyContainsSource&) = delete;
+  std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                      std::int64_t step, int count) const override;
+  /// Re-raises a Python error a probe met, if any.
+  void check() const;
+
+ private:
+  PyObject* container_;
+  bool is_set_;
+  const Digests& digests_;
+  mutable PyObject* group_ids_[kMaxGroups] = {};
+  mutable bool failed_ = false;
+};
+
+/// Whatever store argument a lookup was given, as an ExistenceSource.
+class ResolvedStore {
+ public:
+  ResolvedStore(nb::handle store, Namespace ns, const Digests& digests);
+  const ExistenceSource& source() const noexcept { return *source_; }
+  /// True when the source touches Python objects (the GIL must stay held, one thread).
+  bool needs_gil() const noexcept { return contains_.has_value(); }
+  /// Re-raises a Python error met while probing.
+  void check() const {
+    if (contains_) {
+      contains_->check();
+    }
+  }
+
+ private:
+  const ExistenceSource* source_ = nullptr;
+  std::optional<KeySet> built_;
+  std::optional<PyContainsSource> contains_;
+  std::optional<BlockIndex::View> view_;
+};
+
+/// Fills a KeySet from an iterable of (group_id, digest) pairs; TypeError/ValueError naming the
+/// first bad entry.
+void fill_key_set(KeySet& set, nb::handle iterable, const char* name);
+
+// ---- results ----------------------------------------------------------------------------------
+
+/// [[False] * placeholders + [True] * loaded, ...] per group id.
+nb::list lookup_masks(const LookupResult& result);
+/// [None | [bool, ...], ...] per group id.
+nb::list chunk_masks(const std::vector<ChunkMask>& masks);
+
+/// A numpy array that owns `values` (moved into a capsule).
+template <class T>
+nb::object owned_array(std::vector<T>&& values, std::initializer_list<std::size_t> shape);
+/// A 1-D numpy bool array that owns `values` (0 or 1 each).
+nb::object owned_bool_array(std::vector<std::uint8_t>&& values);
+
+// ---- specs ------------------------------------------------------------------------------------
+
+/// A GroupSpec from a prefixhit.GroupSpec or a dict shaped like the vectors' group objects.
+/// `where` names the argument in messages, e.g. "groups[2]".
+GroupSpec spec_from_object(nb::handle obj, const std::string& where);
+/// The vector-style dict of a spec (fields that are unset are left out).
+nb::dict spec_to_dict(const GroupSpec& spec);
+
+// ---- module pieces ----------------------------------------------------------------------------
+
+void bind_specs(nb::module_& m);
+void bind_coordinator(nb::module_& m);
+void bind_stores(nb::module_& m);
+void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m);
+void bind_gpu_info(nb::module_& m);
+
+}  // namespace prefixhit::py

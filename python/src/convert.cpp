@@ -1,0 +1,609 @@
+// Input conversion for the bindings: digests, integer arrays, stores, and result lists.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "common.hpp"
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit::py {
+
+namespace {
+
+std::string py_type_name(nb::handle obj) {
+  return Py_TYPE(obj.ptr())->tp_name;
+}
+
+[[noreturn]] void type_error(const std::string& message) {
+  PyErr_SetString(PyExc_TypeError, message.c_str());
+  throw nb::python_error();
+}
+
+[[noreturn]] void value_error(const std::string& message) {
+  raise_error(ErrorKind::invalid_argument, message);
+}
+
+/// numpy, imported once per call site that needs it (cheap after the first import).
+nb::module_ numpy() {
+  return nb::module_::import_("numpy");
+}
+
+/// A contiguous host copy of an array-like that exports no contiguous buffer: a strided numpy
+/// view, a CPU torch tensor (DLPack), anything numpy.asarray understands.
+nb::object contiguous_host_copy(nb::handle obj) {
+  return numpy().attr("ascontiguousarray")(obj);
+}
+
+bool looks_like_array(nb::handle obj) {
+  return nb::hasattr(obj, "__array__") || nb::hasattr(obj, "__dlpack__") ||
+         nb::hasattr(obj, "__array_interface__");
+}
+
+bool is_signed_format(char c) {
+  return std::strchr("bhilqn", c) != nullptr;
+}
+bool is_unsigned_format(char c) {
+  return std::strchr("BHILQN?", c) != nullptr;
+}
+
+/// Reads element i of an integer buffer as int64 (unsigned values above INT64_MAX saturate so
+/// the range check rejects them).
+std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i) {
+  const auto* p =
+      static_cast<const std::uint8_t*>(view.buf) + i * static_cast<std::size_t>(view.itemsize);
+  switch (view.itemsize) {
+    case 1: {
+      std::uint8_t v;
+      std::memcpy(&v, p, 1);
+      return is_signed ? static_cast<std::int8_t>(v) : v;
+    }
+    case 2: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return is_signed ? static_cast<std::int16_t>(v) : v;
+    }
+    case 4: {
+      std::uint32_t v;
+      std::memcpy(&v, p, 4);
+      return is_signed ? static_cast<std::int32_t>(v) : static_cast<std::int64_t>(v);
+    }
+    default: {
+      std::uint64_t v;
+      std::memcpy(&v, p, 8);
+      if (is_signed) {
+        return static_cast<std::int64_t>(v);
+      }
+      return v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                 ? std::numeric_limits<std::int64_t>::max()
+                 : static_cast<std::int64_t>(v);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- Buffer -----------------------------------------------------------------------------------
+
+bool Buffer::acquire(nb::handle obj) {
+  release();
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    return false;
+  }
+  if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  held_ = true;
+  return true;
+}
+
+void Buffer::release() noexcept {
+  if (held_) {
+    PyBuffer_Release(&view_);
+    held_ = false;
+  }
+}
+
+char Buffer::format_char() const noexcept {
+  const char* f = view_.format;
+  if (f == nullptr) {
+    return 'B';
+  }
+  while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') {
+    ++f;
+  }
+  return *f;
+}
+
+bool Buffer::is_fixed_bytes(std::size_t size) const {
+  if (view_.format == nullptr || static_cast<std::size_t>(view_.itemsize) != size) {
+    return false;
+  }
+  std::string f = view_.format;
+  f.erase(0, f.find_first_not_of("@=<>!"));
+  return f == std::to_string(size) + "s";
+}
+
+// ---- scalars -----------------------------------------------------------------------------------
+
+std::int64_t to_int64(nb::handle obj, const char* name) {
+  if (PyLong_Check(obj.ptr()) || (!PyFloat_Check(obj.ptr()) && PyIndex_Check(obj.ptr()))) {
+    nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
+    if (!index.is_valid()) {
+      throw nb::python_error();
+    }
+    int overflow = 0;
+    const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) {
+      value_error(std::string(name) + " is out of the 64-bit integer range");
+    }
+    if (value == -1 && PyErr_Occurred()) {
+      throw nb::python_error();
+    }
+    return static_cast<std::int64_t>(value);
+  }
+  type_error(std::string(name) + " must be an int, got " + py_type_name(obj));
+}
+
+nb::bytes digest_bytes(const BlockDigest& digest) {
+  return nb::bytes(reinterpret_cast<const char*>(digest.bytes.data()), BlockDigest::kSize);
+}
+
+bool is_cuda_array(nb::handle obj) {
+  PyObject* o = obj.ptr();
+  if (PyList_Check(o) || PyTuple_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) ||
+      PyLong_Check(o) || o == Py_None) {
+    return false;
+  }
+  if (!nb::hasattr(obj, "__dlpack_device__")) {
+    return false;
+  }
+  nb::object device = obj.attr("__dlpack_device__")();
+  const auto type = nb::cast<std::int64_t>(device[0]);
+  constexpr std::int64_t kDLCUDA = 2;
+  constexpr std::int64_t kDLCUDAManaged = 13;
+  return type == kDLCUDA || type == kDLCUDAManaged;
+}
+
+// ---- Digests -----------------------------------------------------------------------------------
+
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape) {
+  PyObject* o = obj.ptr();
+  if (PyList_Check(o) || PyTuple_Check(o)) {
+    from_sequence(obj, name);
+    return;
+  }
+  if ((PyBytes_Check(o) || PyByteArray_Check(o)) && shape == DigestShape::sequence) {
+    type_error(std::string(name) +
+               " must be a sequence of 32-byte digests (a list of bytes or a "
+               "[n, 32] uint8 array), got a single " +
+               py_type_name(obj));
+  }
+  if (is_cuda_array(obj)) {
+    type_error(std::string(name) +
+               " is a CUDA array; this call takes host memory (only the batch API "
+               "find_longest_cache_hits accepts device arrays)");
+  }
+  keep_ = nb::borrow(obj);
+  if (!buffer_.acquire(keep_)) {
+    if (PyObject_CheckBuffer(o) || looks_like_array(obj)) {
+      keep_ = contiguous_host_copy(obj);
+      if (!buffer_.acquire(keep_)) {
+        type_error(std::string(name) + ": cannot read " + py_type_name(obj) + " as uint8 digests");
+      }
+    } else {
+      from_sequence(obj, name);  // any other iterable of bytes
+      return;
+    }
+  }
+  if (buffer_.format_char() == 'O') {  // a numpy object array of bytes: treat as a sequence
+    buffer_.release();
+    from_sequence(obj, name);
+    return;
+  }
+  from_buffer(name, shape);
+}
+
+void Digests::from_buffer(const char* name, DigestShape shape) {
+  const Py_buffer& v = buffer_.view();
+  constexpr std::size_t k = BlockDigest::kSize;
+  const char f = buffer_.format_char();
+  const bool bytes_items = v.itemsize == 1 && (f == 'B' || f == 'b' || f == 'c');
+  if (v.ndim == 2 && bytes_items && v.shape[1] == static_cast<Py_ssize_t>(k)) {
+    size_ = static_cast<std::size_t>(v.shape[0]);
+  } else if (v.ndim == 1 && buffer_.is_fixed_bytes(k)) {
+    size_ = static_cast<std::size_t>(v.shape[0]);  // numpy dtype "S32"
+  } else if (v.ndim == 1 && bytes_items && shape == DigestShape::sequence_or_flat) {
+    if (v.len % static_cast<Py_ssize_t>(k) != 0) {
+      value_error(std::string(name) + " has " + std::to_string(v.len) +
+                  " bytes, which is not a whole number of 32-byte digests");
+    }
+    size_ = static_cast<std::size_t>(v.len) / k;
+  } else if (!bytes_items && !buffer_.is_fixed_bytes(k) && v.ndim >= 1) {
+    type_error(std::string(name) + " must hold uint8 digests, got an array of format '" +
+               (v.format ? v.format : "B") + "' (itemsize " + std::to_string(v.itemsize) + ")");
+  } else {
+    std::string dims;
+    for (int d = 0; d < v.ndim; ++d) {
+      dims += (d ? ", " : "") + std::to_string(v.shape[d]);
+    }
+    value_error(std::string(name) + " must have shape [n, 32] (uint8), got [" + dims + "]");
+  }
+  // Borrow when the memory is suitably aligned (numpy and bytes always are); else copy.
+  if (reinterpret_cast<std::uintptr_t>(v.buf) % alignof(BlockDigest) == 0) {
+    data_ = static_cast<const BlockDigest*>(v.buf);
+  } else {
+    owned_.resize(size_);
+    if (size_ != 0) {
+      std::memcpy(owned_.data(), v.buf, size_ * k);
+    }
+    data_ = owned_.data();
+  }
+}
+
+void Digests::from_sequence(nb::handle obj, const char* name) {
+  PyObject* fast = PySequence_Fast(obj.ptr(), "");
+  if (fast == nullptr) {
+    PyErr_Clear();
+    type_error(std::string(name) + " must be a sequence of 32-byte digests, got " +
+               py_type_name(obj));
+  }
+  keep_ = nb::steal(fast);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  owned_.resize(static_cast<std::size_t>(n));
+  items_.resize(static_cast<std::size_t>(n));
+  bool all_bytes = true;
+  constexpr Py_ssize_t k = BlockDigest::kSize;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = items[i];
+    auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
+    Py_ssize_t len = -1;
+    if (PyBytes_Check(item)) {
+      len = PyBytes_GET_SIZE(item);
+      if (len == k) {
+        std::memcpy(out, PyBytes_AS_STRING(item), k);
+      }
+      items_[static_cast<std::size_t>(i)] = item;
+    } else {
+      all_bytes = false;
+      Buffer b;
+      if (PyUnicode_Check(item) || !b.acquire(item)) {
+        type_error(std::string(name) + "[" + std::to_string(i) +
+                   "] must be a 32-byte bytes object, got " + py_type_name(item));
+      }
+      len = b.view().len;
+      if (len == k) {
+        std::memcpy(out, b.view().buf, k);
+      }
+    }
+    if (len != k) {
+      value_error(std::string(name) + "[" + std::to_string(i) + "] must be 32 bytes, got " +
+                  std::to_string(len));
+    }
+  }
+  if (!all_bytes) {
+    items_.clear();
+  }
+  data_ = owned_.data();
+  size_ = owned_.size();
+}
+
+// ---- IntArray ----------------------------------------------------------------------------------
+
+template <class T>
+IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
+  PyObject* o = obj.ptr();
+  auto check = [&](std::int64_t value, std::size_t i, bool indexed) -> T {
+    if (value < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+        (std::is_same_v<T, std::int64_t>
+             ? false
+             : value > static_cast<std::int64_t>(std::numeric_limits<T>::max()))) {
+      value_error(std::string(name) + (indexed ? "[" + std::to_string(i) + "]" : "") + " = " +
+                  std::to_string(value) + " is out of range");
+    }
+    return static_cast<T>(value);
+  };
+  const bool is_scalar_like = PyLong_Check(o) || (!PyFloat_Check(o) && !PyObject_CheckBuffer(o) &&
+                                                  !PySequence_Check(o) && PyIndex_Check(o));
+  if (is_scalar_like) {
+    if (!allow_scalar) {
+      type_error(std::string(name) + " must be a 1-D integer array or a sequence of ints, got " +
+                 py_type_name(obj));
+    }
+    scalar_ = check(to_int64(obj, name), 0, false);
+    return;
+  }
+  if (PyFloat_Check(o) || PyUnicode_Check(o) || o == Py_None) {
+    type_error(std::string(name) + " must be " + (allow_scalar ? "an int or " : "") +
+               "a 1-D integer array, got " + py_type_name(obj));
+  }
+  if (is_cuda_array(obj)) {
+    type_error(std::string(name) + " is a CUDA array, but the other arguments are host arrays");
+  }
+  if (!PyList_Check(o) && !PyTuple_Check(o)) {
+    keep_ = nb::borrow(obj);
+    bool have = buffer_.acquire(keep_);
+    if (!have && (PyObject_CheckBuffer(o) || looks_like_array(obj))) {
+      keep_ = contiguous_host_copy(obj);
+      have = buffer_.acquire(keep_);
+    }
+    if (have) {
+      const Py_buffer& v = buffer_.view();
+      const char f = buffer_.format_char();
+      const bool is_signed = is_signed_format(f);
+      if (!is_signed && !is_unsigned_format(f)) {
+        type_error(std::string(name) + " must hold integers, got an array of format '" +
+                   (v.format ? v.format : "?") + "'");
+      }
+      if (v.ndim == 0) {
+        if (!allow_scalar) {
+          type_error(std::string(name) + " must be a 1-D integer array, got a scalar");
+        }
+        scalar_ = check(read_int(v, is_signed, 0), 0, false);
+        return;
+      }
+      if (v.ndim != 1) {
+        value_error(std::string(name) + " must be 1-D, got " + std::to_string(v.ndim) +
+                    " dimensions");
+      }
+      size_ = static_cast<std::size_t>(v.shape[0]);
+      const bool exact = v.itemsize == static_cast<Py_ssize_t>(sizeof(T)) &&
+                         is_signed == std::is_signed_v<T> && f != '?' &&
+                         reinterpret_cast<std::uintptr_t>(v.buf) % alignof(T) == 0;
+      if (exact) {
+        data_ = static_cast<const T*>(v.buf);
+        return;
+      }
+      owned_.resize(size_);
+      for (std::size_t i = 0; i < size_; ++i) {
+        owned_[i] = check(read_int(v, is_signed, i), i, true);
+      }
+      data_ = owned_.data();
+      return;
+    }
+  }
+  PyObject* fast = PySequence_Fast(o, "");
+  if (fast == nullptr) {
+    PyErr_Clear();
+    type_error(std::string(name) + " must be a 1-D integer array or a sequence of ints, got " +
+               py_type_name(obj));
+  }
+  nb::object hold = nb::steal(fast);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  owned_.resize(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const std::string item_name = std::string(name) + "[" + std::to_string(i) + "]";
+    owned_[static_cast<std::size_t>(i)] =
+        check(to_int64(PySequence_Fast_GET_ITEM(fast, i), item_name.c_str()),
+              static_cast<std::size_t>(i), true);
+  }
+  data_ = owned_.data();
+  size_ = owned_.size();
+}
+
+template class IntArray<std::int64_t>;
+template class IntArray<std::int32_t>;
+
+// ---- stores ------------------------------------------------------------------------------------
+
+PyContainsSource::PyContainsSource(nb::handle container, const Digests& digests)
+    : container_(container.ptr()), is_set_(PyAnySet_Check(container.ptr())), digests_(digests) {}
+
+PyContainsSource::~PyContainsSource() {
+  for (PyObject*& id : group_ids_) {
+    Py_XDECREF(id);
+  }
+}
+
+std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                                      std::int64_t step, int count) const {
+  if (failed_ || group_id < 0 || group_id >= kMaxGroups) {
+    return 0;
+  }
+  PyObject*& id = group_ids_[group_id];
+  if (id == nullptr && (id = PyLong_FromLong(group_id)) == nullptr) {
+    failed_ = true;
+    return 0;
+  }
+  // Index of hashes[first] in the whole digest input (a batch passes a request's sub-range).
+  const std::int64_t base = hashes - digests_.data();
+  const std::vector<PyObject*>& items = digests_.items();
+  std::uint64_t bits = 0;
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t i = first + k * step;
+    PyObject* key = nullptr;
+    if (!items.empty()) {
+      key = items[static_cast<std::size_t>(base + i)];
+      Py_INCREF(key);
+    } else {
+      key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
+                                      BlockDigest::kSize);
+    }
+    PyObject* pair = key == nullptr ? nullptr : PyTuple_Pack(2, id, key);
+    Py_XDECREF(key);
+    const int found = pair == nullptr ? -1
+                      : is_set_       ? PySet_Contains(container_, pair)
+                                      : PySequence_Contains(container_, pair);
+    Py_XDECREF(pair);
+    if (found < 0) {
+      failed_ = true;  // the Python error stays set; check() raises it
+      return 0;
+    }
+    if (found != 0) {
+      bits |= std::uint64_t{1} << k;
+    }
+  }
+  return bits;
+}
+
+void PyContainsSource::check() const {
+  if (failed_) {
+    throw nb::python_error();
+  }
+}
+
+void fill_key_set(KeySet& set, nb::handle iterable, const char* name) {
+  nb::object it = nb::steal(PyObject_GetIter(iterable.ptr()));
+  if (!it.is_valid()) {
+    PyErr_Clear();
+    type_error(std::string(name) + " must be an iterable of (group_id, key) pairs, got " +
+               py_type_name(iterable));
+  }
+  std::size_t index = 0;
+  while (true) {
+    nb::object entry = nb::steal(PyIter_Next(it.ptr()));
+    if (!entry.is_valid()) {
+      if (PyErr_Occurred()) {
+        throw nb::python_error();
+      }
+      break;
+    }
+    const std::string where = std::string(name) + " entry " + std::to_string(index);
+    if (!(PyTuple_Check(entry.ptr()) || PyList_Check(entry.ptr())) || nb::len(entry) != 2) {
+      type_error(where + " must be a (group_id, key) pair, got " + py_type_name(entry));
+    }
+    const std::int64_t gid = to_int64(entry[0], (where + " group_id").c_str());
+    Digests key(nb::make_tuple(entry[1]), where.c_str(), DigestShape::sequence);
+    // Ids that fit no configuration can never match; the reference accepts them, so do we.
+    if (gid >= std::numeric_limits<int>::min() && gid <= std::numeric_limits<int>::max()) {
+      set.insert(static_cast<int>(gid), key.data()[0]);
+    }
+    ++index;
+  }
+}
+
+namespace {
+
+bool is_abc_instance(nb::handle obj, const char* abc_name) {
+  static PyObject* abc_module = nullptr;  // kept for the process lifetime, as CPython's own are
+  if (abc_module == nullptr) {
+    abc_module = PyImport_ImportModule("collections.abc");
+    if (abc_module == nullptr) {
+      throw nb::python_error();
+    }
+  }
+  nb::object cls = nb::steal(PyObject_GetAttrString(abc_module, abc_name));
+  if (!cls.is_valid()) {
+    throw nb::python_error();
+  }
+  const int r = PyObject_IsInstance(obj.ptr(), cls.ptr());
+  if (r < 0) {
+    throw nb::python_error();
+  }
+  return r == 1;
+}
+
+}  // namespace
+
+ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& digests) {
+  PyObject* o = store.ptr();
+  auto no_namespace = [&](const char* what) {
+    if (ns != 0) {
+      value_error(std::string("namespace applies only to a BlockIndex store, not to ") + what);
+    }
+  };
+  if (nb::isinstance<PyKeySet>(store)) {
+    no_namespace("a KeySet");
+    source_ = &nb::cast<PyKeySet&>(store).set;
+  } else if (is_block_index(store)) {
+    source_ = cpu_view(as_block_index(store), ns, view_);
+  } else if (nb::isinstance<PyPlanAnswers>(store)) {
+    no_namespace("PlanAnswers");
+    const PyPlanAnswers& answers = nb::cast<const PyPlanAnswers&>(store);
+    if (answers.num_hashes != static_cast<std::int64_t>(digests.size())) {
+      value_error("these PlanAnswers belong to a key plan of " +
+                  std::to_string(answers.num_hashes) + " hashes, but the lookup has " +
+                  std::to_string(digests.size()));
+    }
+    source_ = answers.answers.get();
+  } else if (PyAnySet_Check(o) ||
+             (!PyList_Check(o) && !PyTuple_Check(o) &&
+              (is_abc_instance(store, "Set") || is_abc_instance(store, "Mapping")))) {
+    // Probe the caller's container in place: its size does not matter, only the keys asked.
+    no_namespace("a Python set");
+    contains_.emplace(store, digests);
+    source_ = &*contains_;
+  } else if (o != Py_None && !PyUnicode_Check(o) && !PyBytes_Check(o) &&
+             (PyList_Check(o) || PyTuple_Check(o) || PyIter_Check(o) ||
+              is_abc_instance(store, "Iterable"))) {
+    no_namespace("an iterable of pairs");
+    built_.emplace();
+    fill_key_set(*built_, store, "store");
+    source_ = &*built_;
+  } else {
+    type_error(
+        "store must be a set of (group_id, key) pairs, a KeySet, a BlockIndex or "
+        "PlanAnswers, got " +
+        py_type_name(store));
+  }
+}
+
+// ---- results -----------------------------------------------------------------------------------
+
+nb::list lookup_masks(const LookupResult& result) {
+  PyObject* outer = PyList_New(static_cast<Py_ssize_t>(result.groups.size()));
+  if (outer == nullptr) {
+    throw nb::python_error();
+  }
+  nb::list out = nb::steal<nb::list>(outer);
+  for (std::size_t g = 0; g < result.groups.size(); ++g) {
+    const GroupHit& hit = result.groups[g];
+    PyObject* inner = PyList_New(static_cast<Py_ssize_t>(hit.num_blocks));
+    if (inner == nullptr) {
+      throw nb::python_error();
+    }
+    for (std::int64_t i = 0; i < hit.num_blocks; ++i) {
+      PyObject* value = i >= hit.num_placeholders ? Py_True : Py_False;
+      Py_INCREF(value);
+      PyList_SET_ITEM(inner, static_cast<Py_ssize_t>(i), value);
+    }
+    PyList_SET_ITEM(outer, static_cast<Py_ssize_t>(g), inner);
+  }
+  return out;
+}
+
+nb::list chunk_masks(const std::vector<ChunkMask>& masks) {
+  nb::list out;
+  for (const ChunkMask& mask : masks) {
+    if (mask.is_all()) {
+      out.append(nb::none());
+      continue;
+    }
+    PyObject* inner = PyList_New(static_cast<Py_ssize_t>(mask.keep->size()));
+    if (inner == nullptr) {
+      throw nb::python_error();
+    }
+    for (std::size_t i = 0; i < mask.keep->size(); ++i) {
+      PyObject* value = (*mask.keep)[i] != 0 ? Py_True : Py_False;
+      Py_INCREF(value);
+      PyList_SET_ITEM(inner, static_cast<Py_ssize_t>(i), value);
+    }
+    out.append(nb::steal(inner));
+  }
+  return out;
+}
+
+template <class T>
+nb::object owned_array(std::vector<T>&& values, std::initializer_list<std::size_t> shape) {
+  auto* heap = new std::vector<T>(std::move(values));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(heap->data(), shape, owner).cast();
+}
+
+template nb::object owned_array(std::vector<std::int64_t>&&, std::initializer_list<std::size_t>);
+template nb::object owned_array(std::vector<std::int32_t>&&, std::initializer_list<std::size_t>);
+template nb::object owned_array(std::vector<std::uint8_t>&&, std::initializer_list<std::size_t>);
+
+nb::object owned_bool_array(std::vector<std::uint8_t>&& values) {
+  static_assert(sizeof(bool) == 1, "numpy bool arrays are one byte per element");
+  auto* heap = new std::vector<std::uint8_t>(std::move(values));
+  nb::capsule owner(heap,
+                    [](void* p) noexcept { delete static_cast<std::vector<std::uint8_t>*>(p); });
+  return nb::ndarray<nb::numpy, bool>(reinterpret_cast<bool*>(heap->data()), {heap->size()}, owner)
+      .cast();
+}
+
+}  // namespace prefixhit::py

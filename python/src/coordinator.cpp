@@ -1,0 +1,314 @@
+// prefixhit.Coordinator: the reference coordinator's Python surface over the C++ Coordinator.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <utility>
+
+#include "common.hpp"
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit::py {
+
+namespace {
+
+std::optional<std::int64_t> optional_int(nb::handle value, const char* name) {
+  if (value.is_none()) {
+    return std::nullopt;
+  }
+  return to_int64(value, name);
+}
+
+bool strict_bool(nb::handle value, const char* name) {
+  PyObject* o = value.ptr();
+  if (PyBool_Check(o) || PyLong_Check(o) ||
+      std::string(Py_TYPE(o)->tp_name).rfind("numpy.bool", 0) == 0) {
+    const int truth = PyObject_IsTrue(o);
+    if (truth < 0) {
+      throw nb::python_error();
+    }
+    return truth == 1;
+  }
+  PyErr_Format(PyExc_TypeError, "%s must be a bool, got %s", name, Py_TYPE(o)->tp_name);
+  throw nb::python_error();
+}
+
+Config make_config(nb::handle groups, nb::handle scheduler_block_size, nb::handle hash_block_size,
+                   nb::handle use_eagle, nb::handle retention_interval) {
+  Config config;
+  config.scheduler_block_size = to_int64(scheduler_block_size, "scheduler_block_size");
+  config.hash_block_size = to_int64(hash_block_size, "hash_block_size");
+  config.use_eagle = strict_bool(use_eagle, "use_eagle");
+  config.retention_interval = optional_int(retention_interval, "retention_interval");
+  if (PyDict_Check(groups.ptr()) || PyUnicode_Check(groups.ptr()) ||
+      nb::isinstance<GroupSpec>(groups)) {
+    PyErr_Format(PyExc_TypeError, "groups must be a list of GroupSpec or dict, got %s",
+                 Py_TYPE(groups.ptr())->tp_name);
+    throw nb::python_error();
+  }
+  nb::object fast = nb::steal(PySequence_Fast(groups.ptr(), ""));
+  if (!fast.is_valid()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "groups must be a list of GroupSpec or dict, got %s",
+                 Py_TYPE(groups.ptr())->tp_name);
+    throw nb::python_error();
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    config.groups.push_back(spec_from_object(PySequence_Fast_GET_ITEM(fast.ptr(), i),
+                                             "groups[" + std::to_string(i) + "]"));
+  }
+  return config;
+}
+
+Namespace to_namespace(nb::handle value) {
+  const std::int64_t ns = to_int64(value, "namespace");
+  if (ns < 0 || ns > static_cast<std::int64_t>(kMaxNamespace)) {
+    throw InvalidArgument("namespace must be in [0, " + std::to_string(kMaxNamespace) + "], got " +
+                          std::to_string(ns));
+  }
+  return static_cast<Namespace>(ns);
+}
+
+nb::tuple lookup(const PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                 nb::handle store, bool apply_eagle, nb::handle ns) {
+  const Coordinator& c = self.c;
+  const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
+  const std::int64_t max_len = to_int64(max_length, "max_length");
+  const ResolvedStore resolved(store, to_namespace(ns), digests);
+  LookupResult result;
+  if (resolved.needs_gil()) {
+    try {
+      result = c.find_longest_cache_hit(digests.view(), max_len, resolved.source(), apply_eagle);
+    } catch (...) {
+      resolved.check();  // a Python error from the store wins over a follow-on C++ one
+      throw;
+    }
+    resolved.check();
+  } else {
+    nb::gil_scoped_release release;
+    result = c.find_longest_cache_hit(digests.view(), max_len, resolved.source(), apply_eagle);
+  }
+  return nb::make_tuple(lookup_masks(result), result.hit_length);
+}
+
+std::int64_t num_hashes_of(nb::handle block_hashes) {
+  if (PyLong_Check(block_hashes.ptr())) {
+    return to_int64(block_hashes, "block_hashes");
+  }
+  return static_cast<std::int64_t>(
+      Digests(block_hashes, "block_hashes", DigestShape::sequence).size());
+}
+
+nb::list spec_groups(const PyCoordinator& self) {
+  const Coordinator& c = self.c;
+  nb::object spec_group = nb::module_::import_("prefixhit._types").attr("SpecGroup");
+  nb::list out;
+  for (const SpecGroup& sg : c.spec_groups()) {
+    nb::list ids;
+    for (int id : sg.group_ids) {
+      ids.append(id);
+    }
+    out.append(spec_group(ids, sg.use_eagle));
+  }
+  return out;
+}
+
+std::string repr(const PyCoordinator& self) {
+  const Coordinator& c = self.c;
+  std::string groups;
+  for (const SpecGroup& sg : c.spec_groups()) {
+    groups += groups.empty() ? "" : ", ";
+    groups +=
+        std::string(to_string(sg.spec.kind)) + "(" + std::to_string(sg.spec.block_size) + ")[";
+    for (std::size_t i = 0; i < sg.group_ids.size(); ++i) {
+      groups += (i ? "," : "") + std::to_string(sg.group_ids[i]);
+    }
+    groups += sg.use_eagle ? "]*" : "]";
+  }
+  return "Coordinator(hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
+         ", scheduler_block_size=" + std::to_string(self.c.config().scheduler_block_size) +
+         ", lookup_alignment=" + std::to_string(c.lookup_alignment()) + ", spec_groups=[" + groups +
+         "])";
+}
+
+}  // namespace
+
+void bind_coordinator(nb::module_& m) {
+  auto cls = nb::class_<PyCoordinator>(
+      m, "Coordinator",
+      "Prefix-hit lookups for one KV-cache configuration, with the answers of vLLM's "
+      "MooncakeStoreCoordinator (SEMANTICS.md).\n\n"
+      "Construction merges equal group specs into spec groups, sorts full attention first, "
+      "spreads the EAGLE flag and validates the block sizes (InvalidConfigError). A "
+      "Coordinator is immutable and safe to share between threads.");
+  cls.def(
+         "__init__",
+         [](PyCoordinator* self, nb::handle groups, nb::handle scheduler_block_size,
+            nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval) {
+           Config config = make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
+                                       retention_interval);
+           new (self) PyCoordinator(std::move(config));
+         },
+         nb::arg("groups"), nb::arg("scheduler_block_size"), nb::arg("hash_block_size"),
+         nb::arg("use_eagle") = false, nb::arg("retention_interval") = nb::none(),
+         nb::sig("def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], "
+                 "scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, "
+                 "retention_interval: int | None = None) -> None"),
+         "groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like "
+         "the vectors' group objects (kind, block_size, eagle, sliding_window, "
+         "attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).\n"
+         "scheduler_block_size: S, a common multiple of every block size.\n"
+         "hash_block_size: H, the granularity of the request's hash chain.\n"
+         "use_eagle: speculative decoding with an EAGLE/MTP drafter is on.\n"
+         "retention_interval: None, 0 or a positive token count (store masks only).")
+      .def_static(
+          "from_config",
+          [](nb::dict config) {
+            for (auto [key, value] : config) {
+              const std::string name = nb::cast<std::string>(nb::str(key));
+              if (name != "groups" && name != "scheduler_block_size" && name != "hash_block_size" &&
+                  name != "use_eagle" && name != "retention_interval" &&
+                  name != "enable_partial_hash_hits") {
+                throw InvalidConfig("unknown config field '" + name + "'");
+              }
+            }
+            for (const char* required : {"groups", "scheduler_block_size", "hash_block_size"}) {
+              if (!config.contains(required)) {
+                throw InvalidConfig(std::string("config needs '") + required + "'");
+              }
+            }
+            nb::object use_eagle =
+                config.contains("use_eagle") ? config["use_eagle"] : nb::object(nb::bool_(false));
+            nb::object retention =
+                config.contains("retention_interval") ? config["retention_interval"] : nb::none();
+            return std::make_unique<PyCoordinator>(
+                make_config(config["groups"], config["scheduler_block_size"],
+                            config["hash_block_size"], use_eagle, retention));
+          },
+          nb::arg("config"),
+          nb::sig("def from_config(config: Mapping[str, object]) -> Coordinator"),
+          "A coordinator from a conformance vector's `config` object (hash_block_size, "
+          "scheduler_block_size, use_eagle, retention_interval, groups). The informational "
+          "enable_partial_hash_hits field is ignored.")
+      .def_prop_ro(
+          "num_groups", [](const PyCoordinator& self) { return self.c.num_groups(); },
+          "Number of KV-cache groups.")
+      .def_prop_ro("hash_block_size",
+                   [](const PyCoordinator& self) { return self.c.config().hash_block_size; })
+      .def_prop_ro("scheduler_block_size",
+                   [](const PyCoordinator& self) { return self.c.config().scheduler_block_size; })
+      .def_prop_ro("use_eagle", [](const PyCoordinator& self) { return self.c.config().use_eagle; })
+      .def_prop_ro("retention_interval",
+                   [](const PyCoordinator& self) { return self.c.config().retention_interval; })
+      .def_prop_ro(
+          "groups", [](const PyCoordinator& self) { return self.c.config().groups; },
+          "The group specs, indexed by group id.")
+      .def_prop_ro(
+          "eagle_group_ids", [](const PyCoordinator& self) { return self.c.eagle_group_ids(); },
+          "Sorted member ids of the EAGLE-flagged spec groups (SEMANTICS.md 2.3).")
+      .def_prop_ro("spec_groups", &spec_groups, nb::sig("def spec_groups(self) -> list[SpecGroup]"),
+                   "Spec groups in processing order: (group_ids, use_eagle) named tuples, after "
+                   "merging, sorting full attention first and the EAGLE fallback. Each compares "
+                   "equal to the plain tuple or list [[ids...], flag].")
+      .def_prop_ro(
+          "enable_partial_hash_hits",
+          [](const PyCoordinator& self) { return self.c.enable_partial_hash_hits(); },
+          "Fine-grained (partial) hash hits: some Mamba group in 'align' mode has a "
+          "block larger than H (SEMANTICS.md 1.3).")
+      .def_prop_ro(
+          "lookup_alignment", [](const PyCoordinator& self) { return self.c.lookup_alignment(); },
+          "A: hash_block_size with partial hits, else scheduler_block_size.")
+      .def(
+          "align_lookup_length",
+          [](const PyCoordinator& self, std::int64_t length) {
+            return self.c.align_lookup_length(length);
+          },
+          nb::arg("length"), "floor(length / A) * A.")
+      .def(
+          "chunk_keys",
+          [](const PyCoordinator& self, nb::handle block_hashes, std::int64_t block_size) {
+            const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
+            nb::list out;
+            for (const BlockDigest& key : self.c.chunk_keys(digests.view(), block_size)) {
+              out.append(digest_bytes(key));
+            }
+            return out;
+          },
+          nb::arg("block_hashes"), nb::arg("block_size"),
+          nb::sig("def chunk_keys(self, block_hashes: Digests, block_size: int) -> list[bytes]"),
+          "The store keys of a group with `block_size` (SEMANTICS.md 1.2): the last hash of "
+          "each whole block.")
+      .def("find_longest_cache_hit", &lookup, nb::arg("block_hashes"), nb::arg("max_length"),
+           nb::arg("store"), nb::kw_only(), nb::arg("apply_eagle") = true, nb::arg("namespace") = 0,
+           nb::sig("def find_longest_cache_hit(self, block_hashes: Digests, max_length: int, "
+                   "store: Store, *, apply_eagle: bool = True, namespace: int = 0) "
+                   "-> tuple[list[list[bool]], int]"),
+           "The longest prefix of the request present in `store` (SEMANTICS.md 5).\n\n"
+           "block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 "
+           "array).\n"
+           "max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.\n"
+           "store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) "
+           "pairs, probed in place; an iterable of pairs (converted); a KeySet; a "
+           "BlockIndex (with `namespace`); or PlanAnswers from key_plan().\n"
+           "apply_eagle: apply the EAGLE drop (the receive path passes False).\n\n"
+           "Returns (masks, hit_length): masks[group_id] lists the group's blocks, False for a "
+           "placeholder and True for a block to load. Raises the finder errors "
+           "(UnsupportedLookupError subclasses) and InvalidArgumentError (a ValueError) for "
+           "a max_length out of range.")
+      .def(
+          "load_mask",
+          [](const PyCoordinator& self, nb::handle block_hashes, nb::handle token_len) {
+            const std::int64_t n = num_hashes_of(block_hashes);
+            return lookup_masks(self.c.load_mask(n, to_int64(token_len, "token_len")));
+          },
+          nb::arg("block_hashes"), nb::arg("token_len"),
+          nb::sig("def load_mask(self, block_hashes: Digests | int, token_len: int) "
+                  "-> list[list[bool]]"),
+          "Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup "
+          "against a store holding every key, without the EAGLE drop. Only the number of "
+          "hashes matters, so an int count is accepted too.")
+      .def(
+          "store_mask",
+          [](const PyCoordinator& self, nb::handle aligned_token_len, nb::handle start_token,
+             nb::handle num_prompt_tokens) {
+            return chunk_masks(
+                self.c.store_mask(to_int64(aligned_token_len, "aligned_token_len"),
+                                  to_int64(start_token, "start_token"),
+                                  optional_int(num_prompt_tokens, "num_prompt_tokens")));
+          },
+          nb::arg("aligned_token_len"), nb::arg("start_token") = 0,
+          nb::arg("num_prompt_tokens") = nb::none(),
+          nb::sig("def store_mask(self, aligned_token_len: int, start_token: int = 0, "
+                  "num_prompt_tokens: int | None = None) -> list[list[bool] | None]"),
+          "Which chunks of each group a save of tokens [start_token, aligned_token_len) "
+          "writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per "
+          "chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError "
+          "unless aligned_token_len is a multiple of lookup_alignment.")
+      .def(
+          "lookup_mask",
+          [](const PyCoordinator& self, nb::handle aligned_token_len) {
+            return chunk_masks(
+                self.c.lookup_mask(to_int64(aligned_token_len, "aligned_token_len")));
+          },
+          nb::arg("aligned_token_len"),
+          nb::sig("def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]"),
+          "store_mask with start_token 0, no retention interval and no prompt length: the "
+          "chunks a lookup may find.")
+      .def(
+          "key_plan",
+          [](const PyCoordinator& self, nb::handle block_hashes, nb::handle max_length) {
+            const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
+            return PyKeyPlan{self.c.key_plan(digests.view(), to_int64(max_length, "max_length")),
+                             self.c.num_groups()};
+          },
+          nb::arg("block_hashes"), nb::arg("max_length"),
+          nb::sig("def key_plan(self, block_hashes: Digests, max_length: int) -> KeyPlan"),
+          "The (group_id, key) pairs one lookup may read, for a remote store: ask the store "
+          "about all of them at once, then pass plan.answers(present) as the lookup's store.")
+      .def("__repr__", &repr);
+  bind_batch(cls, m);
+}
+
+}  // namespace prefixhit::py
