@@ -14,10 +14,6 @@
 #include <string>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 
@@ -78,12 +74,7 @@ Table allocate_table(std::uint64_t buckets) {
 /// Bit j set iff slot j of the bucket holds `tag` (SSE2 where available, else the SWAR twin).
 inline std::uint32_t match_tags(const std::uint8_t* bucket_tags, std::uint8_t tag) {
 #if defined(__SSE2__)
-  const __m128i needle = _mm_set1_epi8(static_cast<char>(tag));
-  const __m128i lo = _mm_load_si128(reinterpret_cast<const __m128i*>(bucket_tags));
-  const __m128i hi = _mm_load_si128(reinterpret_cast<const __m128i*>(bucket_tags + 16));
-  const auto lo_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(lo, needle)));
-  const auto hi_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(hi, needle)));
-  return lo_mask | (hi_mask << 16);
+  return detail::match_bucket_sse2(bucket_tags, tag);
 #else
   return detail::match_bucket(detail::load_bucket_tags(bucket_tags), tag);
 #endif

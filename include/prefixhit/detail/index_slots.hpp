@@ -16,6 +16,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if !defined(__CUDA_ARCH__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/types.hpp"
@@ -192,6 +196,18 @@ PREFIXHIT_HD inline std::uint32_t match_bucket_by_lanes(const std::uint8_t* buck
   }
   return mask;
 }
+
+#if !defined(__CUDA_ARCH__) && defined(__SSE2__)
+/// The CPU fast path of match_bucket: two 16-byte SSE2 compares. Host only.
+inline std::uint32_t match_bucket_sse2(const std::uint8_t* bucket_tags, std::uint8_t tag) {
+  const __m128i needle = _mm_set1_epi8(static_cast<char>(tag));
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bucket_tags));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bucket_tags + 16));
+  const auto lo_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(lo, needle)));
+  const auto hi_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(hi, needle)));
+  return lo_mask | (hi_mask << 16);
+}
+#endif
 
 /// Index of the lowest set bit (mask != 0).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lowest_bit(std::uint32_t mask) {

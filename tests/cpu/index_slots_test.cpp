@@ -1,0 +1,329 @@
+// The shared slot logic of the CPU and GPU block indexes (detail/index_slots.hpp): key packing,
+// seeded hashing, tags, bucket choice, probe sequences, the tag matchers and their scalar twin,
+// the probe loop and the capacity policy. The GPU kernels run exactly these functions.
+#include "prefixhit/detail/index_slots.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bitset>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace prefixhit::detail {
+namespace {
+
+std::uint64_t fresh_seed() {
+  return (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+}
+
+BlockDigest random_digest(std::mt19937_64& rng) {
+  BlockDigest d;
+  for (auto& b : d.bytes) {
+    b = static_cast<std::uint8_t>(rng());
+  }
+  return d;
+}
+
+TEST(IndexSlots, MetaPackingIsInjectiveOverValidKeys) {
+  std::set<std::uint32_t> seen;
+  for (std::uint32_t ns :
+       {0U, 1U, 2U, 255U, 256U, 65535U, kIndexMaxNamespace - 1, kIndexMaxNamespace}) {
+    for (int g = 0; g < kIndexMaxGroups; ++g) {
+      const std::uint32_t meta = pack_meta(ns, g);
+      EXPECT_TRUE(seen.insert(meta).second) << "ns " << ns << " group " << g;
+      EXPECT_EQ(meta_namespace(meta), ns);
+      EXPECT_EQ(meta_group(meta), g);
+    }
+  }
+  EXPECT_TRUE(valid_namespace(kIndexMaxNamespace));
+  EXPECT_FALSE(valid_namespace(kIndexMaxNamespace + 1));
+  EXPECT_TRUE(valid_group(0));
+  EXPECT_TRUE(valid_group(kIndexMaxGroups - 1));
+  EXPECT_FALSE(valid_group(-1));
+  EXPECT_FALSE(valid_group(kIndexMaxGroups));
+  EXPECT_FALSE(valid_group(256));  // would alias the next namespace if it were packed
+}
+
+TEST(IndexSlots, TagsAreNeverMarkersAndCoverTheLiveRange) {
+  std::set<int> tags;
+  for (std::uint64_t top = 0; top < 256; ++top) {
+    const std::uint8_t tag = tag_of(top << 56 | 0x00FFFFFFFFFFFFFFULL);
+    EXPECT_TRUE(is_live_tag(tag)) << "top byte " << top;
+    EXPECT_NE(tag, kEmptyTag);
+    EXPECT_NE(tag, kTombstoneTag);
+    EXPECT_NE(tag, kBusyTag);
+    tags.insert(tag);
+  }
+  EXPECT_EQ(tags.size(), 256U - kFirstLiveTag);  // every live tag value is reachable
+  EXPECT_EQ(*tags.begin(), kFirstLiveTag);
+  EXPECT_EQ(*tags.rbegin(), 255);
+}
+
+TEST(IndexSlots, FoldMultiplyMatchesA128BitProduct) {
+  std::mt19937_64 rng(fresh_seed());
+  for (int i = 0; i < 1000; ++i) {
+    const std::uint64_t a = rng();
+    const std::uint64_t b = rng();
+    // Schoolbook 64x64 -> 128 from 32-bit halves, independent of __int128.
+    const std::uint64_t a_lo = a & 0xFFFFFFFFU, a_hi = a >> 32, b_lo = b & 0xFFFFFFFFU,
+                        b_hi = b >> 32;
+    const std::uint64_t ll = a_lo * b_lo, lh = a_lo * b_hi, hl = a_hi * b_lo, hh = a_hi * b_hi;
+    const std::uint64_t mid = (ll >> 32) + (lh & 0xFFFFFFFFU) + (hl & 0xFFFFFFFFU);
+    const std::uint64_t lo = (ll & 0xFFFFFFFFU) | (mid << 32);
+    const std::uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+    EXPECT_EQ(fold_multiply(a, b), lo ^ hi);
+  }
+}
+
+TEST(IndexSlots, HashDependsOnEveryDigestBitTheMetaAndTheSeed) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const IndexHashKey key = make_hash_key(seed);
+  const IndexHashKey other_key = make_hash_key(seed + 1);
+  double flipped_total = 0;
+  int flips = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const BlockDigest d = random_digest(rng);
+    const SlotKey base = make_slot_key(d, pack_meta(7, 3));
+    const std::uint64_t h = slot_hash(base, key);
+    EXPECT_NE(h, slot_hash(base, other_key));
+    for (int bit = 0; bit < 256; ++bit) {
+      BlockDigest flipped = d;
+      flipped.bytes[bit / 8] =
+          static_cast<std::uint8_t>(flipped.bytes[bit / 8] ^ (1U << (bit % 8)));
+      const std::uint64_t h2 = slot_hash(make_slot_key(flipped, base.meta), key);
+      ASSERT_NE(h, h2) << "digest bit " << bit;
+      flipped_total += static_cast<double>(std::bitset<64>(h ^ h2).count());
+      ++flips;
+    }
+    for (int bit = 0; bit < 32; ++bit) {
+      const std::uint64_t h2 = slot_hash(make_slot_key(d, base.meta ^ (1U << bit)), key);
+      ASSERT_NE(h, h2) << "meta bit " << bit;
+    }
+  }
+  // A good mixer flips about half of the 64 output bits for a one-bit input change.
+  EXPECT_GT(flipped_total / flips, 24.0);
+  EXPECT_LT(flipped_total / flips, 40.0);
+}
+
+TEST(IndexSlots, StructuredDigestsSpreadEvenlyOverBuckets) {
+  // Digests that differ only in a counter word (what a flooding attempt without the seed would
+  // try) still spread: no bucket gets far more than its share.
+  const IndexHashKey key = make_hash_key(fresh_seed());
+  constexpr std::uint64_t kBuckets = 1024;
+  constexpr int kKeys = 64 * 1024;
+  for (int word = 0; word < 4; ++word) {
+    std::vector<int> load(kBuckets, 0);
+    for (int i = 0; i < kKeys; ++i) {
+      BlockDigest d;
+      std::uint64_t counter = static_cast<std::uint64_t>(i);
+      std::memcpy(d.bytes.data() + 8 * word, &counter, sizeof(counter));
+      ++load[place_of(slot_hash(make_slot_key(d, 0), key), kBuckets - 1).bucket];
+    }
+    const int max_load = *std::max_element(load.begin(), load.end());
+    EXPECT_LT(max_load, 2 * kKeys / static_cast<int>(kBuckets)) << "counter in word " << word;
+  }
+}
+
+TEST(IndexSlots, ProbeSequenceVisitsEveryBucketOnce) {
+  std::mt19937_64 rng(fresh_seed());
+  for (int log_buckets = 0; log_buckets <= 12; ++log_buckets) {
+    const std::uint64_t buckets = std::uint64_t{1} << log_buckets;
+    for (int trial = 0; trial < 8; ++trial) {
+      const SlotPlace place = place_of(rng(), buckets - 1);
+      ASSERT_LT(place.bucket, buckets);
+      ASSERT_EQ(place.stride % 2 == 1 || buckets == 1, true);
+      std::vector<bool> seen(buckets, false);
+      for (std::uint64_t i = 0; i < buckets; ++i) {
+        const std::uint64_t b = probe_bucket(place, i, buckets - 1);
+        ASSERT_LT(b, buckets);
+        ASSERT_FALSE(seen[b]) << "bucket " << b << " visited twice in a table of " << buckets;
+        seen[b] = true;
+      }
+      EXPECT_EQ(probe_bucket(place, 0, buckets - 1), place.bucket);
+    }
+  }
+}
+
+TEST(IndexSlots, TagMatchersAgreeWithTheLaneByLaneTwin) {
+  std::mt19937_64 rng(fresh_seed());
+  alignas(32) std::uint8_t bucket[kBucketSlots];
+  for (int trial = 0; trial < 4000; ++trial) {
+    // Few distinct values, so that matches are frequent; include the SWAR edge values.
+    const std::uint8_t palette[] = {
+        0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFE, 0xFF, static_cast<std::uint8_t>(rng())};
+    for (auto& t : bucket) {
+      t = palette[rng() % (trial % 2 == 0 ? 9 : 3)];
+    }
+    for (int tag = 0; tag < 256; tag += (trial % 16 == 0 ? 1 : 37)) {
+      const auto t = static_cast<std::uint8_t>(tag);
+      const std::uint32_t expected = match_bucket_by_lanes(bucket, t);
+      ASSERT_EQ(match_bucket(load_bucket_tags(bucket), t), expected) << "tag " << tag;
+#if defined(__SSE2__)
+      ASSERT_EQ(match_bucket_sse2(bucket, t), expected) << "tag " << tag;
+#endif
+    }
+  }
+  for (std::uint64_t word : {0x0ULL, ~0ULL, 0x8080808080808080ULL, 0x0100010001000100ULL}) {
+    for (int tag = 0; tag < 256; ++tag) {
+      std::uint8_t bytes[8];
+      std::memcpy(bytes, &word, 8);
+      std::uint32_t expected = 0;
+      for (int j = 0; j < 8; ++j) {
+        expected |= static_cast<std::uint32_t>(bytes[j] == tag) << j;
+      }
+      ASSERT_EQ(match_byte8(word, static_cast<std::uint8_t>(tag)), expected);
+    }
+  }
+}
+
+/// A small table built by hand with the shared functions, as both indexes lay it out.
+struct HandTable {
+  explicit HandTable(std::uint64_t buckets)
+      : mask(buckets - 1),
+        tags(slots_of_buckets(buckets), kEmptyTag),
+        metas(slots_of_buckets(buckets), 0),
+        digests(slots_of_buckets(buckets)) {}
+
+  void put(const SlotKey& key, const BlockDigest& digest, const IndexHashKey& hk) {
+    const SlotPlace p = place_of(slot_hash(key, hk), mask);
+    for (std::uint64_t i = 0; i <= mask; ++i) {
+      const std::uint64_t base = probe_bucket(p, i, mask) << kBucketShift;
+      const std::uint32_t empty = match_bucket(load_bucket_tags(&tags[base]), kEmptyTag);
+      if (empty != 0) {
+        const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(empty));
+        tags[slot] = p.tag;
+        metas[slot] = key.meta;
+        digests[slot] = digest;
+        return;
+      }
+    }
+    FAIL() << "hand table full";
+  }
+  std::int64_t find(const SlotKey& key, const IndexHashKey& hk) const {
+    return find_slot(tags.data(), metas.data(), digests.data(), mask, key,
+                     place_of(slot_hash(key, hk), mask));
+  }
+
+  std::uint64_t mask;
+  std::vector<std::uint8_t> tags;
+  std::vector<std::uint32_t> metas;
+  std::vector<BlockDigest> digests;
+};
+
+TEST(IndexSlots, CollidingTagAndBucketNeverGiveAFalseHit) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const IndexHashKey hk = make_hash_key(seed);
+  constexpr std::uint64_t kBuckets = 4;
+  // Find many pairs of distinct digests with the same (bucket, tag) under this secret.
+  std::vector<std::vector<BlockDigest>> by_place(kBuckets * 256);
+  int pairs = 0;
+  for (int i = 0; i < 20000 && pairs < 40; ++i) {
+    const BlockDigest d = random_digest(rng);
+    const SlotPlace p = place_of(slot_hash(make_slot_key(d, pack_meta(1, 0)), hk), kBuckets - 1);
+    auto& same = by_place[p.bucket * 256 + p.tag];
+    same.push_back(d);
+    pairs += same.size() == 2 ? 1 : 0;
+  }
+  ASSERT_GE(pairs, 10);
+  HandTable table(kBuckets);
+  std::vector<BlockDigest> stored;
+  std::vector<BlockDigest> absent;
+  for (const auto& same : by_place) {
+    if (same.size() >= 2) {
+      stored.push_back(same[0]);
+      absent.push_back(same[1]);
+    }
+  }
+  for (const auto& d : stored) {
+    table.put(make_slot_key(d, pack_meta(1, 0)), d, hk);
+  }
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    EXPECT_GE(table.find(make_slot_key(stored[i], pack_meta(1, 0)), hk), 0);
+    // Same tag and bucket, different digest: absent.
+    EXPECT_LT(table.find(make_slot_key(absent[i], pack_meta(1, 0)), hk), 0);
+    // Same digest, other namespace or group: absent.
+    EXPECT_LT(table.find(make_slot_key(stored[i], pack_meta(2, 0)), hk), 0);
+    EXPECT_LT(table.find(make_slot_key(stored[i], pack_meta(1, 1)), hk), 0);
+  }
+  // Force the compare itself: a key whose stored tag and place are copied, digest off by one bit.
+  for (const auto& d : stored) {
+    for (int byte : {0, 15, 31}) {
+      BlockDigest near = d;
+      near.bytes[byte] = static_cast<std::uint8_t>(near.bytes[byte] ^ 1U);
+      EXPECT_FALSE(slot_key_equal(make_slot_key(near, pack_meta(1, 0)), d, pack_meta(1, 0)));
+    }
+    EXPECT_TRUE(slot_key_equal(make_slot_key(d, pack_meta(1, 0)), d, pack_meta(1, 0)));
+    EXPECT_FALSE(slot_key_equal(make_slot_key(d, pack_meta(1, 0)), d, pack_meta(0, 0)));
+  }
+}
+
+TEST(IndexSlots, FindSlotFollowsFullBucketsAndStopsAtEmptyOnes) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const IndexHashKey hk = make_hash_key(seed);
+  // Two buckets, 60 keys: overflow from full home buckets must stay findable.
+  HandTable table(2);
+  std::vector<BlockDigest> keys;
+  for (int i = 0; i < 60; ++i) {
+    keys.push_back(random_digest(rng));
+    table.put(make_slot_key(keys.back(), 5), keys.back(), hk);
+  }
+  for (const auto& d : keys) {
+    EXPECT_GE(table.find(make_slot_key(d, 5), hk), 0);
+  }
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_LT(table.find(make_slot_key(random_digest(rng), 5), hk), 0);
+  }
+  // Tombstones keep later keys reachable; an all-tombstone-or-live table ends after one pass.
+  for (std::size_t i = 0; i < keys.size(); i += 2) {
+    const std::int64_t slot = table.find(make_slot_key(keys[i], 5), hk);
+    ASSERT_GE(slot, 0);
+    const std::uint64_t base = (static_cast<std::uint64_t>(slot) >> kBucketShift) << kBucketShift;
+    table.tags[static_cast<std::size_t>(slot)] = erased_tag(load_bucket_tags(&table.tags[base]));
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(table.find(make_slot_key(keys[i], 5), hk) >= 0, i % 2 == 1) << "key " << i;
+  }
+}
+
+TEST(IndexSlots, ErasedTagIsEmptyOnlyInBucketsThatStillHaveAnEmptySlot) {
+  alignas(32) std::uint8_t bucket[kBucketSlots];
+  std::fill(bucket, bucket + kBucketSlots, std::uint8_t{9});
+  EXPECT_EQ(erased_tag(load_bucket_tags(bucket)), kTombstoneTag);
+  bucket[31] = kTombstoneTag;
+  EXPECT_EQ(erased_tag(load_bucket_tags(bucket)), kTombstoneTag);
+  bucket[17] = kEmptyTag;
+  EXPECT_EQ(erased_tag(load_bucket_tags(bucket)), kEmptyTag);
+}
+
+TEST(IndexSlots, CapacityPolicy) {
+  EXPECT_EQ(load_limit(1000, 0.8), 800U);
+  EXPECT_EQ(buckets_for_keys(0, 0.8), 1U);
+  EXPECT_EQ(buckets_for_keys(25, 0.8), 1U);  // 32 slots hold 25 keys at 0.8
+  EXPECT_EQ(buckets_for_keys(26, 0.8), 2U);
+  EXPECT_EQ(buckets_for_keys(100'000'000, 0.8), std::uint64_t{1} << 22);
+  EXPECT_EQ(max_buckets_for(32), 1U);
+  EXPECT_EQ(max_buckets_for(100), 2U);
+  EXPECT_EQ(max_buckets_for(128), 4U);
+  EXPECT_EQ(max_buckets_for(0), std::uint64_t{1} << 58);
+  // Growth doubles at least; a same-size plan drops tombstones; over the maximum: 0.
+  EXPECT_EQ(plan_buckets(30, 1, 1024, 0.8), 2U);
+  EXPECT_EQ(plan_buckets(300, 1, 1024, 0.8), 16U);
+  EXPECT_EQ(plan_buckets(20, 4, 1024, 0.8), 4U);
+  EXPECT_EQ(plan_buckets(60, 2, 4, 0.8), 4U);
+  EXPECT_EQ(plan_buckets(30, 1, 2, 0.8), 2U);
+  EXPECT_EQ(plan_buckets(200, 1, 4, 0.8), 0U);
+  EXPECT_EQ(plan_buckets(60, 1, 3, 0.8), 0U);
+}
+
+}  // namespace
+}  // namespace prefixhit::detail
