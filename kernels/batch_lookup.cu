@@ -1,0 +1,700 @@
+// The GPU batch lookup: kernels, launchers and the public engine of gpu.hpp.
+#include <cuda_runtime.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cub/device/device_reduce.cuh>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "host/nvtx.hpp"
+#include "kernels/batch_lookup.cuh"
+#include "prefixhit/device_block_index.hpp"
+#include "prefixhit/errors.hpp"
+#include "prefixhit/existence.hpp"
+#include "prefixhit/gpu.hpp"
+
+namespace prefixhit {
+namespace kernels {
+
+// ---- kernels -------------------------------------------------------------------------------
+// The plan is a __grid_constant__ parameter: the finders take it by reference, and without the
+// qualifier taking its address would copy 1.6 KB into every thread's local memory.
+
+__global__ void __launch_bounds__(kLookupThreads)
+    batch_lookup_presence_kernel(const __grid_constant__ detail::LookupPlan plan,
+                                 const __grid_constant__ BatchKernelArgs args,
+                                 const std::uint8_t* __restrict__ presence) {
+  const std::int64_t groups = plan.num_groups;
+  lookup_requests_warp_per_request(plan, args, [&](std::int64_t offset, std::int64_t n) {
+    return detail::PresenceTableSource{presence + groups * offset, n};
+  });
+}
+
+__global__ void __launch_bounds__(kLookupThreads)
+    batch_lookup_index_kernel(const __grid_constant__ detail::LookupPlan plan,
+                              const __grid_constant__ BatchKernelArgs args,
+                              const DeviceBlockIndexRef index, const Namespace ns) {
+  const BlockDigest* const digests = args.digests;
+  lookup_requests_warp_per_request(plan, args, [&](std::int64_t offset, std::int64_t /*n*/) {
+    return DeviceIndexSource<DeviceBlockIndexRef>{index, ns, digests + offset};
+  });
+}
+
+// ---- launchers -----------------------------------------------------------------------------
+
+cudaError_t launch_batch_lookup_index(const detail::LookupPlan& plan, const BatchKernelArgs& args,
+                                      const DeviceBlockIndexRef& index, Namespace ns, int grid,
+                                      cudaStream_t stream) {
+  batch_lookup_index_kernel<<<grid, kLookupThreads, 0, stream>>>(plan, args, index, ns);
+  return cudaGetLastError();
+}
+
+cudaError_t batch_lookup_index_resident_blocks(int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, batch_lookup_index_kernel,
+                                                       kLookupThreads, 0);
+}
+
+cudaError_t launch_batch_lookup_presence(const detail::LookupPlan& plan,
+                                         const BatchKernelArgs& args, const std::uint8_t* presence,
+                                         int grid, cudaStream_t stream) {
+  batch_lookup_presence_kernel<<<grid, kLookupThreads, 0, stream>>>(plan, args, presence);
+  return cudaGetLastError();
+}
+
+cudaError_t batch_lookup_presence_resident_blocks(int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, batch_lookup_presence_kernel,
+                                                       kLookupThreads, 0);
+}
+
+namespace {
+
+/// r if request r failed, else num_requests: the minimum over all r is the first failure.
+struct FailedIndex {
+  const ErrorKind* status;
+  std::int64_t num_requests;
+  __host__ __device__ std::int64_t operator()(std::int64_t r) const {
+    return status[r] != ErrorKind::ok ? r : num_requests;
+  }
+};
+
+}  // namespace
+
+cudaError_t launch_first_failed(const ErrorKind* status, std::int64_t num_requests,
+                                std::int64_t* first_failed, cudaStream_t stream) {
+  const auto failed = thrust::make_transform_iterator(thrust::counting_iterator<std::int64_t>(0),
+                                                      FailedIndex{status, num_requests});
+  std::size_t temp_bytes = 0;
+  cudaError_t err =
+      cub::DeviceReduce::Min(nullptr, temp_bytes, failed, first_failed, num_requests, stream);
+  if (err != cudaSuccess) {
+    return err;
+  }
+  // Stream-ordered temporary storage: concurrent calls on other streams never share it.
+  void* temp = nullptr;
+  err = cudaMallocAsync(&temp, temp_bytes, stream);
+  if (err != cudaSuccess) {
+    return err;
+  }
+  err = cub::DeviceReduce::Min(temp, temp_bytes, failed, first_failed, num_requests, stream);
+  const cudaError_t freed = cudaFreeAsync(temp, stream);
+  return err != cudaSuccess ? err : freed;
+}
+
+}  // namespace kernels
+
+namespace gpu {
+
+namespace {
+
+[[noreturn]] void throw_cuda(cudaError_t err, const std::string& what) {
+  throw CudaError(what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw_cuda(err, what);
+  }
+}
+
+/// A device allocation that only grows; for the host overloads' staging.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (data_ != nullptr) {
+      cudaFree(data_);
+    }
+  }
+  T* reserve(std::size_t count, const char* what) {
+    if (count > capacity_) {
+      if (data_ != nullptr) {
+        cudaFree(data_);
+        data_ = nullptr;
+        capacity_ = 0;
+      }
+      check(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), what);
+      capacity_ = count;
+    }
+    return data_;
+  }
+  T* data() const noexcept { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+/// Events bracketing a synchronous call's kernels, when its caller asked for timing.
+class EventTimer {
+ public:
+  EventTimer(LookupTiming* timing, cudaStream_t stream) : timing_(timing), stream_(stream) {
+    if (timing_ == nullptr) {
+      return;
+    }
+    check(cudaEventCreate(&start_), "cudaEventCreate");
+    const cudaError_t err = cudaEventCreate(&stop_);
+    if (err != cudaSuccess) {
+      cudaEventDestroy(start_);
+      throw_cuda(err, "cudaEventCreate");
+    }
+    check(cudaEventRecord(start_, stream_), "cudaEventRecord");
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  ~EventTimer() {
+    if (timing_ != nullptr) {
+      cudaEventDestroy(start_);
+      cudaEventDestroy(stop_);
+    }
+  }
+  void stop() {
+    if (timing_ != nullptr) {
+      check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    }
+  }
+  /// After the stream was synchronised.
+  void report() {
+    if (timing_ != nullptr) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+      timing_->device_us = static_cast<double>(ms) * 1e3;
+    }
+  }
+
+ private:
+  LookupTiming* timing_;
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+void require_outputs(const DeviceBatch& batch, const DeviceLookupOutput& out) {
+  if (batch.num_requests < 0) {
+    throw InvalidArgument("batch num_requests must not be negative, got " +
+                          std::to_string(batch.num_requests));
+  }
+  if (batch.num_requests == 0) {
+    return;
+  }
+  if (batch.offsets == nullptr || batch.max_lengths == nullptr) {
+    throw InvalidArgument("batch offsets and max_lengths are required");
+  }
+  if (out.hit_lengths == nullptr || out.num_blocks == nullptr || out.num_placeholders == nullptr ||
+      out.status == nullptr) {
+    throw InvalidArgument("hit_lengths, num_blocks, num_placeholders and status are required");
+  }
+}
+
+kernels::BatchKernelArgs kernel_args(const DeviceBatch& batch, const DeviceLookupOutput& out) {
+  return kernels::BatchKernelArgs{
+      batch.digests,
+      batch.offsets,
+      batch.max_lengths,
+      batch.apply_eagle,
+      batch.num_requests,
+      detail::RequestOutputs{out.hit_lengths, out.num_blocks, out.num_placeholders, out.status}};
+}
+
+/// The message a failed request throws: the CPU engine's own message for the same request.
+/// Finder errors depend only on the configuration, apply_eagle and max_length (every finder
+/// runs in the fixed point's first pass, before any store answer can stop it), so re-running
+/// the request on the CPU against an empty store reproduces the error and its wording.
+[[noreturn]] void throw_request_error(const Coordinator& coordinator, const LookupBatch& batch,
+                                      std::size_t r, ErrorKind kind) {
+  const std::string prefix = "request " + std::to_string(r) + ": ";
+  try {
+    const std::int64_t off = batch.offsets[r];
+    const KeySet empty;
+    coordinator.find_longest_cache_hit(
+        batch.digests.subspan(static_cast<std::size_t>(off),
+                              static_cast<std::size_t>(batch.offsets[r + 1] - off)),
+        batch.max_lengths[r], empty, batch.apply_eagle.empty() || batch.apply_eagle[r] != 0);
+  } catch (const Error& e) {
+    throw_error(e.kind(), prefix + e.what());
+  }
+  throw_error(kind, prefix + to_string(kind));
+}
+
+}  // namespace
+
+bool device_available() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but leave nothing for a later cudaGetLastError to report
+    return false;
+  }
+  return count > 0;
+}
+
+std::string describe_device() noexcept {
+  try {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return std::string("no CUDA device: cudaGetDeviceCount failed with ") +
+             cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+    }
+    if (count == 0) {
+      return "no CUDA device: cudaGetDeviceCount reports 0 devices";
+    }
+    int device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return "CUDA device (properties unavailable)";
+    }
+    return std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+           std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) +
+           " SMs, device " + std::to_string(device) + ")";
+  } catch (...) {
+    return "CUDA device (description failed)";
+  }
+}
+
+struct BatchLookupEngine::Impl {
+  explicit Impl(const Coordinator& c) : coordinator(c), plan(c.plan()) {}
+
+  Coordinator coordinator;
+  detail::LookupPlan plan;
+  int presence_blocks = 1;  ///< resident blocks of the presence kernel, whole device
+  int index_blocks = 1;     ///< resident blocks of the index kernel, whole device
+
+  // Staging of the host overloads (guarded by `mutex`).
+  std::mutex mutex;
+  DeviceBuffer<BlockDigest> digests;
+  DeviceBuffer<std::int64_t> offsets;
+  DeviceBuffer<std::int64_t> max_lengths;
+  DeviceBuffer<std::uint8_t> apply_eagle;
+  DeviceBuffer<std::uint8_t> presence;
+  DeviceBuffer<std::int64_t> hit_lengths;
+  DeviceBuffer<std::int64_t> num_blocks;
+  DeviceBuffer<std::int64_t> num_placeholders;
+  DeviceBuffer<ErrorKind> status;
+  DeviceBuffer<std::int64_t> first_failed;
+
+  /// Copies a host batch into the staging buffers; returns it as a DeviceBatch.
+  DeviceBatch stage(const LookupBatch& batch, cudaStream_t stream) {
+    const std::size_t r = batch.num_requests();
+    DeviceBatch d;
+    d.num_requests = static_cast<std::int64_t>(r);
+    d.digests = digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
+    d.offsets = offsets.reserve(r + 1, "cudaMalloc(offsets)");
+    d.max_lengths = max_lengths.reserve(r, "cudaMalloc(max_lengths)");
+    check(
+        cudaMemcpyAsync(digests.data(), batch.digests.data(),
+                        batch.digests.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(digests)");
+    check(cudaMemcpyAsync(offsets.data(), batch.offsets.data(), (r + 1) * sizeof(std::int64_t),
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync(offsets)");
+    check(cudaMemcpyAsync(max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync(max_lengths)");
+    if (!batch.apply_eagle.empty()) {
+      d.apply_eagle = apply_eagle.reserve(r, "cudaMalloc(apply_eagle)");
+      check(cudaMemcpyAsync(apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice,
+                            stream),
+            "cudaMemcpyAsync(apply_eagle)");
+    }
+    return d;
+  }
+
+  DeviceLookupOutput outputs(std::size_t r) {
+    const std::size_t g = static_cast<std::size_t>(plan.num_groups);
+    DeviceLookupOutput out;
+    out.hit_lengths = hit_lengths.reserve(r, "cudaMalloc(hit_lengths)");
+    out.num_blocks = num_blocks.reserve(r * g, "cudaMalloc(num_blocks)");
+    out.num_placeholders = num_placeholders.reserve(r * g, "cudaMalloc(num_placeholders)");
+    out.status = status.reserve(r, "cudaMalloc(status)");
+    out.first_failed = first_failed.reserve(1, "cudaMalloc(first_failed)");
+    return out;
+  }
+
+  /// Copies the results back, synchronises, and throws the first failing request's error.
+  BatchLookupResult collect(const LookupBatch& batch, const DeviceLookupOutput& out,
+                            cudaStream_t stream, EventTimer& timer) {
+    const std::size_t r = batch.num_requests();
+    const std::size_t g = static_cast<std::size_t>(plan.num_groups);
+    BatchLookupResult result;
+    result.num_requests = r;
+    result.num_groups = plan.num_groups;
+    result.hit_lengths.resize(r);
+    result.num_blocks.resize(r * g);
+    result.num_placeholders.resize(r * g);
+    std::int64_t failed = 0;
+    check(
+        cudaMemcpyAsync(&failed, out.first_failed, sizeof(failed), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync(first_failed)");
+    check(cudaMemcpyAsync(result.hit_lengths.data(), out.hit_lengths, r * sizeof(std::int64_t),
+                          cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync(hit_lengths)");
+    check(cudaMemcpyAsync(result.num_blocks.data(), out.num_blocks, r * g * sizeof(std::int64_t),
+                          cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync(num_blocks)");
+    check(cudaMemcpyAsync(result.num_placeholders.data(), out.num_placeholders,
+                          r * g * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync(num_placeholders)");
+    check(cudaStreamSynchronize(stream), "batch lookup");
+    timer.report();
+    if (failed < 0 || static_cast<std::size_t>(failed) > r) {
+      throw CudaError("batch lookup: first_failed " + std::to_string(failed) + " is outside [0, " +
+                      std::to_string(r) + "]");
+    }
+    if (static_cast<std::size_t>(failed) < r) {
+      ErrorKind kind = ErrorKind::ok;
+      check(cudaMemcpy(&kind, out.status + failed, sizeof(kind), cudaMemcpyDeviceToHost),
+            "cudaMemcpy(status)");
+      throw_request_error(coordinator, batch, static_cast<std::size_t>(failed), kind);
+    }
+    return result;
+  }
+};
+
+BatchLookupEngine::BatchLookupEngine(const Coordinator& coordinator) {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::BatchLookupEngine");
+  if (!device_available()) {
+    throw Unavailable("GPU batch lookup: " + describe_device());
+  }
+  auto impl = std::make_unique<Impl>(coordinator);
+  int device = 0;
+  int sms = 0;
+  int per_sm = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(multiProcessorCount)");
+  check(kernels::batch_lookup_presence_resident_blocks(&per_sm),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  impl->presence_blocks = sms * (per_sm > 0 ? per_sm : 1);
+  check(kernels::batch_lookup_index_resident_blocks(&per_sm),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  impl->index_blocks = sms * (per_sm > 0 ? per_sm : 1);
+  impl_ = std::move(impl);
+}
+
+BatchLookupEngine::~BatchLookupEngine() = default;
+BatchLookupEngine::BatchLookupEngine(BatchLookupEngine&&) noexcept = default;
+BatchLookupEngine& BatchLookupEngine::operator=(BatchLookupEngine&&) noexcept = default;
+
+const Coordinator& BatchLookupEngine::coordinator() const noexcept {
+  return impl_->coordinator;
+}
+int BatchLookupEngine::num_groups() const noexcept {
+  return impl_->plan.num_groups;
+}
+
+namespace {
+
+/// The common part of every device-array call: checks, the empty batch, the lookup launch and
+/// the optional first_failed reduction.
+template <class Launch>
+void run_lookup(const DeviceBatch& batch, const DeviceLookupOutput& out, cudaStream_t stream,
+                const char* what, const Launch& launch) {
+  require_outputs(batch, out);
+  if (batch.num_requests == 0) {
+    if (out.first_failed != nullptr) {
+      check(cudaMemsetAsync(out.first_failed, 0, sizeof(std::int64_t), stream),
+            "cudaMemsetAsync(first_failed)");
+    }
+    return;
+  }
+  check(launch(), what);
+  if (out.first_failed != nullptr) {
+    check(kernels::launch_first_failed(out.status, batch.num_requests, out.first_failed, stream),
+          "first_failed reduction");
+  }
+}
+
+}  // namespace
+
+void BatchLookupEngine::lookup_async(const DeviceBatch& batch, const DeviceBlockIndexRef& index,
+                                     Namespace ns, const DeviceLookupOutput& out,
+                                     cudaStream_t stream) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::lookup(index)");
+  if (ns > kMaxNamespace) {
+    throw InvalidArgument("namespace " + std::to_string(ns) + " is above the largest, " +
+                          std::to_string(kMaxNamespace));
+  }
+  run_lookup(batch, out, stream, "batch_lookup_index_kernel launch", [&] {
+    return kernels::launch_batch_lookup_index(
+        impl_->plan, kernel_args(batch, out), index, ns,
+        kernels::lookup_grid(batch.num_requests, impl_->index_blocks), stream);
+  });
+}
+
+void BatchLookupEngine::lookup(const DeviceBatch& batch, const DeviceBlockIndexRef& index,
+                               Namespace ns, const DeviceLookupOutput& out, cudaStream_t stream,
+                               LookupTiming* timing) const {
+  EventTimer timer(timing, stream);
+  lookup_async(batch, index, ns, out, stream);
+  timer.stop();
+  check(cudaStreamSynchronize(stream), "batch lookup");
+  timer.report();
+}
+
+void BatchLookupEngine::lookup_async(const DeviceBatch& batch, const std::uint8_t* presence,
+                                     const DeviceLookupOutput& out, cudaStream_t stream) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::lookup(presence)");
+  if (batch.num_requests > 0 && presence == nullptr) {
+    throw InvalidArgument("the presence table is required");
+  }
+  run_lookup(batch, out, stream, "batch_lookup_presence_kernel launch", [&] {
+    return kernels::launch_batch_lookup_presence(
+        impl_->plan, kernel_args(batch, out), presence,
+        kernels::lookup_grid(batch.num_requests, impl_->presence_blocks), stream);
+  });
+}
+
+void BatchLookupEngine::lookup(const DeviceBatch& batch, const std::uint8_t* presence,
+                               const DeviceLookupOutput& out, cudaStream_t stream,
+                               LookupTiming* timing) const {
+  EventTimer timer(timing, stream);
+  lookup_async(batch, presence, out, stream);
+  timer.stop();
+  check(cudaStreamSynchronize(stream), "batch lookup");
+  timer.report();
+}
+
+BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& batch,
+                                                             const DeviceBlockIndex& index,
+                                                             Namespace ns, cudaStream_t stream,
+                                                             LookupTiming* timing) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::find_longest_cache_hits(index)");
+  Impl& impl = *impl_;
+  impl.coordinator.validate_batch(batch);
+  const std::lock_guard<std::mutex> lock(impl.mutex);
+  const DeviceBatch d = impl.stage(batch, stream);
+  const DeviceLookupOutput out = impl.outputs(batch.num_requests());
+  EventTimer timer(timing, stream);
+  lookup_async(d, index.ref(), ns, out, stream);
+  timer.stop();
+  return impl.collect(batch, out, stream, timer);
+}
+
+BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& batch,
+                                                             span<const std::uint8_t> presence,
+                                                             cudaStream_t stream,
+                                                             LookupTiming* timing) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::find_longest_cache_hits(presence)");
+  Impl& impl = *impl_;
+  impl.coordinator.validate_batch(batch);
+  const std::size_t g = static_cast<std::size_t>(impl.plan.num_groups);
+  if (presence.size() != g * batch.digests.size()) {
+    throw InvalidArgument("presence table has " + std::to_string(presence.size()) +
+                          " entries; a batch of " + std::to_string(batch.digests.size()) +
+                          " digests over " + std::to_string(g) + " groups needs " +
+                          std::to_string(g * batch.digests.size()));
+  }
+  const std::lock_guard<std::mutex> lock(impl.mutex);
+  const DeviceBatch d = impl.stage(batch, stream);
+  std::uint8_t* table = impl.presence.reserve(presence.size() + 1, "cudaMalloc(presence)");
+  check(cudaMemcpyAsync(table, presence.data(), presence.size(), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(presence)");
+  const DeviceLookupOutput out = impl.outputs(batch.num_requests());
+  EventTimer timer(timing, stream);
+  lookup_async(d, table, out, stream);
+  timer.stop();
+  return impl.collect(batch, out, stream, timer);
+}
+
+// ---- DeviceBatchBuffers ------------------------------------------------------------------------
+
+struct DeviceBatchBuffers::Impl {
+  int num_groups = 0;
+  std::size_t num_digests = 0;
+  DeviceBatch batch;
+  DeviceLookupOutput out;
+  DeviceBuffer<BlockDigest> digests;
+  DeviceBuffer<std::int64_t> offsets;
+  DeviceBuffer<std::int64_t> max_lengths;
+  DeviceBuffer<std::uint8_t> apply_eagle;
+  DeviceBuffer<std::uint8_t> presence;
+  DeviceBuffer<std::int64_t> hit_lengths;
+  DeviceBuffer<std::int64_t> num_blocks;
+  DeviceBuffer<std::int64_t> num_placeholders;
+  DeviceBuffer<ErrorKind> status;
+  DeviceBuffer<std::int64_t> first_failed;
+
+  std::size_t requests() const { return static_cast<std::size_t>(batch.num_requests); }
+  std::size_t cells() const { return requests() * static_cast<std::size_t>(num_groups); }
+};
+
+DeviceBatchBuffers::DeviceBatchBuffers(const LookupBatch& batch, int num_groups,
+                                       cudaStream_t stream) {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::DeviceBatchBuffers");
+  if (!device_available()) {
+    throw Unavailable("DeviceBatchBuffers: " + describe_device());
+  }
+  if (num_groups <= 0 || num_groups > kMaxGroups) {
+    throw InvalidArgument("num_groups must be in [1, " + std::to_string(kMaxGroups) + "], got " +
+                          std::to_string(num_groups));
+  }
+  const std::size_t r = batch.num_requests();
+  if (batch.max_lengths.size() != r ||
+      (!batch.apply_eagle.empty() && batch.apply_eagle.size() != r)) {
+    throw InvalidArgument(
+        "DeviceBatchBuffers: max_lengths and apply_eagle need one entry per "
+        "request");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->num_groups = num_groups;
+  impl->num_digests = batch.digests.size();
+  DeviceBatch& d = impl->batch;
+  d.num_requests = static_cast<std::int64_t>(r);
+  // +1 everywhere: cudaMalloc(0) gives no usable address, and an empty batch is legal.
+  d.digests = impl->digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
+  d.offsets = impl->offsets.reserve(r + 1, "cudaMalloc(offsets)");
+  d.max_lengths = impl->max_lengths.reserve(r + 1, "cudaMalloc(max_lengths)");
+  check(cudaMemcpyAsync(impl->digests.data(), batch.digests.data(),
+                        batch.digests.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(digests)");
+  check(
+      cudaMemcpyAsync(impl->offsets.data(), batch.offsets.data(),
+                      batch.offsets.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
+      "cudaMemcpyAsync(offsets)");
+  check(cudaMemcpyAsync(impl->max_lengths.data(), batch.max_lengths.data(),
+                        r * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(max_lengths)");
+  if (!batch.apply_eagle.empty()) {
+    d.apply_eagle = impl->apply_eagle.reserve(r + 1, "cudaMalloc(apply_eagle)");
+    check(cudaMemcpyAsync(impl->apply_eagle.data(), batch.apply_eagle.data(), r,
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync(apply_eagle)");
+  }
+  DeviceLookupOutput& o = impl->out;
+  o.hit_lengths = impl->hit_lengths.reserve(r + 1, "cudaMalloc(hit_lengths)");
+  o.num_blocks = impl->num_blocks.reserve(impl->cells() + 1, "cudaMalloc(num_blocks)");
+  o.num_placeholders =
+      impl->num_placeholders.reserve(impl->cells() + 1, "cudaMalloc(num_placeholders)");
+  o.status = impl->status.reserve(r + 1, "cudaMalloc(status)");
+  o.first_failed = impl->first_failed.reserve(1, "cudaMalloc(first_failed)");
+  check(cudaStreamSynchronize(stream), "DeviceBatchBuffers upload");
+  impl_ = std::move(impl);
+}
+
+DeviceBatchBuffers::~DeviceBatchBuffers() = default;
+DeviceBatchBuffers::DeviceBatchBuffers(DeviceBatchBuffers&&) noexcept = default;
+DeviceBatchBuffers& DeviceBatchBuffers::operator=(DeviceBatchBuffers&&) noexcept = default;
+
+const DeviceBatch& DeviceBatchBuffers::batch() const noexcept {
+  return impl_->batch;
+}
+const DeviceLookupOutput& DeviceBatchBuffers::output() const noexcept {
+  return impl_->out;
+}
+
+const std::uint8_t* DeviceBatchBuffers::upload_presence(span<const std::uint8_t> presence,
+                                                        cudaStream_t stream) {
+  const std::size_t want = static_cast<std::size_t>(impl_->num_groups) * impl_->num_digests;
+  if (presence.size() != want) {
+    throw InvalidArgument("presence table has " + std::to_string(presence.size()) +
+                          " entries, expected " + std::to_string(want));
+  }
+  std::uint8_t* table = impl_->presence.reserve(want + 1, "cudaMalloc(presence)");
+  check(cudaMemcpyAsync(table, presence.data(), want, cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(presence)");
+  check(cudaStreamSynchronize(stream), "presence upload");
+  return table;
+}
+
+void DeviceBatchBuffers::fill_outputs(std::uint8_t byte, cudaStream_t stream) {
+  const Impl& impl = *impl_;
+  const std::size_t r = impl.requests();
+  const int value = byte;
+  check(cudaMemsetAsync(impl.out.hit_lengths, value, r * sizeof(std::int64_t), stream),
+        "cudaMemsetAsync(hit_lengths)");
+  check(cudaMemsetAsync(impl.out.num_blocks, value, impl.cells() * sizeof(std::int64_t), stream),
+        "cudaMemsetAsync(num_blocks)");
+  check(cudaMemsetAsync(impl.out.num_placeholders, value, impl.cells() * sizeof(std::int64_t),
+                        stream),
+        "cudaMemsetAsync(num_placeholders)");
+  check(cudaMemsetAsync(impl.out.status, value, r * sizeof(ErrorKind), stream),
+        "cudaMemsetAsync(status)");
+  check(cudaMemsetAsync(impl.out.first_failed, value, sizeof(std::int64_t), stream),
+        "cudaMemsetAsync(first_failed)");
+}
+
+BatchLookupResult DeviceBatchBuffers::download(cudaStream_t stream) const {
+  const Impl& impl = *impl_;
+  BatchLookupResult result;
+  result.num_requests = impl.requests();
+  result.num_groups = impl.num_groups;
+  result.hit_lengths.resize(impl.requests());
+  result.num_blocks.resize(impl.cells());
+  result.num_placeholders.resize(impl.cells());
+  check(cudaMemcpyAsync(result.hit_lengths.data(), impl.out.hit_lengths,
+                        impl.requests() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync(hit_lengths)");
+  check(cudaMemcpyAsync(result.num_blocks.data(), impl.out.num_blocks,
+                        impl.cells() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync(num_blocks)");
+  check(cudaMemcpyAsync(result.num_placeholders.data(), impl.out.num_placeholders,
+                        impl.cells() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync(num_placeholders)");
+  check(cudaStreamSynchronize(stream), "result download");
+  return result;
+}
+
+std::vector<ErrorKind> DeviceBatchBuffers::download_status(cudaStream_t stream) const {
+  std::vector<ErrorKind> status(impl_->requests());
+  check(cudaMemcpyAsync(status.data(), impl_->out.status, status.size() * sizeof(ErrorKind),
+                        cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync(status)");
+  check(cudaStreamSynchronize(stream), "status download");
+  return status;
+}
+
+std::int64_t DeviceBatchBuffers::download_first_failed(cudaStream_t stream) const {
+  std::int64_t first = 0;
+  check(cudaMemcpyAsync(&first, impl_->out.first_failed, sizeof(first), cudaMemcpyDeviceToHost,
+                        stream),
+        "cudaMemcpyAsync(first_failed)");
+  check(cudaStreamSynchronize(stream), "first_failed download");
+  return first;
+}
+
+std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id,
+                             span<const BlockDigest> keys, cudaStream_t stream) {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::insert_host_keys");
+  if (keys.empty()) {
+    return 0;
+  }
+  DeviceBuffer<BlockDigest> staging;
+  staging.reserve(keys.size(), "cudaMalloc(keys)");
+  check(cudaMemcpyAsync(staging.data(), keys.data(), keys.size() * sizeof(BlockDigest),
+                        cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(keys)");
+  // insert() is synchronous, so the staging buffer outlives its use.
+  return index.insert(ns, group_id, staging.data(), keys.size(), stream);
+}
+
+}  // namespace gpu
+}  // namespace prefixhit
