@@ -9,11 +9,6 @@ namespace prefixhit::py {
 
 namespace {
 
-/// The result of find_longest_cache_hits: three arrays plus per-request helpers.
-struct PyBatchResult {
-  BatchLookupResult result;
-};
-
 /// A read-only numpy view of `data` kept alive by the result object `owner`.
 nb::object view_of(const std::vector<std::int64_t>& data, std::initializer_list<std::size_t> shape,
                    nb::handle owner) {
@@ -42,13 +37,21 @@ Namespace batch_namespace(nb::handle value) {
   return static_cast<Namespace>(ns);
 }
 
-/// Device arrays go to the GPU engine when this build has one; until then they are refused
-/// with a message that says so (never copied to the host behind the caller's back).
-[[noreturn]] void device_batch_unavailable() {
-  throw Unavailable(
-      "find_longest_cache_hits got CUDA arrays, but this build of prefixhit has no GPU batch "
-      "engine (built without CUDA, or before prefixhit/gpu.hpp existed); pass host arrays "
-      "(numpy) to use the CPU engine");
+/// Device arrays are answered by the GPU engine from a device-resident index; other stores
+/// live in host memory, so the arrays would have to come back first. Say which piece is
+/// missing rather than copying behind the caller's back.
+[[noreturn]] void device_batch_unavailable(nb::handle store) {
+  if (!gpu::device_available()) {
+    throw Unavailable(
+        "find_longest_cache_hits got CUDA arrays, but the GPU engine is not available (" +
+        gpu::describe_device() + "); pass host arrays (numpy) to use the CPU engine");
+  }
+  throw InvalidArgument(
+      "CUDA arrays are looked up on the GPU against a BlockIndex(device='cuda'); this store is "
+      "a " +
+      std::string(Py_TYPE(store.ptr())->tp_name) +
+      " in host memory (pass host arrays "
+      "for it)");
 }
 
 PyBatchResult host_batch(const Coordinator& c, nb::handle digests, nb::handle offsets,
@@ -166,12 +169,15 @@ void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m) {
 
   coordinator.def(
       "find_longest_cache_hits",
-      [](const PyCoordinator& self, nb::handle digests, nb::handle offsets, nb::handle max_lengths,
+      [](PyCoordinator& self, nb::handle digests, nb::handle offsets, nb::handle max_lengths,
          nb::handle store, nb::handle apply_eagle, nb::handle ns, nb::handle stream,
          int num_threads) {
+        if (is_block_index(store) && as_block_index(store).gpu) {
+          return gpu_batch(self, digests, offsets, max_lengths, apply_eagle, as_block_index(store),
+                           batch_namespace(ns), stream);
+        }
         if (is_cuda_array(digests) || is_cuda_array(offsets) || is_cuda_array(max_lengths)) {
-          (void)stream;
-          device_batch_unavailable();
+          device_batch_unavailable(store);
         }
         return host_batch(self.c, digests, offsets, max_lengths, store, apply_eagle, ns,
                           num_threads);

@@ -11,11 +11,6 @@
 
 namespace prefixhit::py {
 
-struct PyBlockIndex {
-  std::string device;
-  std::unique_ptr<BlockIndex> cpu;
-};
-
 namespace {
 
 Namespace to_namespace(std::int64_t ns) {
@@ -54,6 +49,10 @@ BlockIndex& cpu_index(PyBlockIndex& self) {
   return *self.cpu;
 }
 
+std::size_t index_size(PyBlockIndex& self) {
+  return self.gpu ? self.gpu->size() : cpu_index(self).size();
+}
+
 }  // namespace
 
 bool is_block_index(nb::handle obj) {
@@ -90,10 +89,16 @@ void bind_block_index(nb::module_& m) {
               throw InvalidArgument("device must be 'cpu' or 'cuda', got '" + device + "'");
             }
             if (device == "cuda") {
-              throw Unavailable(
-                  "BlockIndex(device='cuda') needs the CUDA device index, which this build of "
-                  "prefixhit does not include (built without CUDA, or without "
-                  "prefixhit/device_block_index.hpp); use device='cpu'");
+              DeviceBlockIndexOptions options;
+              if (initial_capacity != 0) {
+                options.initial_capacity = initial_capacity;
+              }
+              options.max_load_factor = max_load_factor;
+              options.max_capacity = max_capacity;
+              options.seed = seed;
+              auto index = make_device_index(options, nb::none());
+              new (self) PyBlockIndex{device, nullptr, std::move(index)};
+              return;
             }
             BlockIndexOptions options;
             options.initial_capacity = initial_capacity;
@@ -101,53 +106,68 @@ void bind_block_index(nb::module_& m) {
             options.max_capacity = max_capacity;
             options.seed = seed;
             auto index = std::make_unique<BlockIndex>(options);
-            new (self) PyBlockIndex{device, std::move(index)};
+            new (self) PyBlockIndex{device, std::move(index), nullptr};
           },
           nb::arg("device") = "cpu", nb::kw_only(), nb::arg("initial_capacity") = 1 << 16,
           nb::arg("max_load_factor") = 0.8, nb::arg("max_capacity") = 0, nb::arg("seed") = 0,
+          "device: 'cpu' (host memory) or 'cuda' (the current CUDA device). "
           "initial_capacity: slots reserved up front. max_load_factor: grow past this load. "
           "max_capacity: 0 for unbounded, else inserts that would not fit raise "
           "CapacityExceededError and insert nothing. seed: 0 draws a random hash seed.")
       .def_ro("device", &PyBlockIndex::device)
       .def(
           "insert",
-          [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns) {
+          [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns,
+             nb::handle stream) {
+            const Namespace space = to_namespace(ns);
+            if (self.gpu) {
+              return device_index_update(*self.gpu, space, group_ids, keys, stream, false);
+            }
             const Digests d(keys, "keys", DigestShape::sequence_or_flat);
             const GroupIds ids = group_ids_for(group_ids, d.size());
             BlockIndex& index = cpu_index(self);
-            const Namespace space = to_namespace(ns);
             nb::gil_scoped_release release;
             return ids.single
                        ? index.insert(space, *ids.single, d.view())
                        : index.insert(space, span<const std::int32_t>(ids.per_key), d.view());
           },
           nb::arg("group_ids"), nb::arg("keys"), nb::kw_only(), nb::arg("namespace") = 0,
+          nb::arg("stream") = nb::none(),
           nb::sig("def insert(self, group_ids: int | IntArray, keys: Digests, *, "
-                  "namespace: int = 0) -> int"),
+                  "namespace: int = 0, stream: int | None = None) -> int"),
           "Inserts keys ([n, 32] uint8 array, bytes of n*32, or a list of bytes) for one group "
           "id or one id per key. Returns how many were new.")
       .def(
           "erase",
-          [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns) {
+          [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns,
+             nb::handle stream) {
+            const Namespace space = to_namespace(ns);
+            if (self.gpu) {
+              return device_index_update(*self.gpu, space, group_ids, keys, stream, true);
+            }
             const Digests d(keys, "keys", DigestShape::sequence_or_flat);
             const GroupIds ids = group_ids_for(group_ids, d.size());
             BlockIndex& index = cpu_index(self);
-            const Namespace space = to_namespace(ns);
             nb::gil_scoped_release release;
             return ids.single ? index.erase(space, *ids.single, d.view())
                               : index.erase(space, span<const std::int32_t>(ids.per_key), d.view());
           },
           nb::arg("group_ids"), nb::arg("keys"), nb::kw_only(), nb::arg("namespace") = 0,
+          nb::arg("stream") = nb::none(),
           nb::sig("def erase(self, group_ids: int | IntArray, keys: Digests, *, "
-                  "namespace: int = 0) -> int"),
+                  "namespace: int = 0, stream: int | None = None) -> int"),
           "Erases keys (absent ones are ignored). Returns how many were removed.")
       .def(
           "contains",
-          [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns) {
+          [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns,
+             nb::handle stream) {
+            const Namespace space = to_namespace(ns);
+            if (self.gpu) {
+              return device_index_contains(*self.gpu, space, group_ids, keys, stream);
+            }
             const Digests d(keys, "keys", DigestShape::sequence_or_flat);
             const GroupIds ids = group_ids_for(group_ids, d.size());
             BlockIndex& index = cpu_index(self);
-            const Namespace space = to_namespace(ns);
             std::vector<std::uint8_t> out(d.size());
             {
               nb::gil_scoped_release release;
@@ -160,8 +180,9 @@ void bind_block_index(nb::module_& m) {
             return owned_bool_array(std::move(out));
           },
           nb::arg("group_ids"), nb::arg("keys"), nb::kw_only(), nb::arg("namespace") = 0,
+          nb::arg("stream") = nb::none(),
           nb::sig("def contains(self, group_ids: int | IntArray, keys: Digests, *, "
-                  "namespace: int = 0) -> numpy.ndarray"),
+                  "namespace: int = 0, stream: int | None = None) -> numpy.ndarray"),
           "A bool array: whether each (group_id, key) is present.")
       .def(
           "__contains__",
@@ -171,21 +192,39 @@ void bind_block_index(nb::module_& m) {
             }
             const std::int64_t gid = to_int64(pair[0], "group_id");
             const Digests d(nb::make_tuple(pair[1]), "key", DigestShape::sequence);
-            return gid >= 0 && gid < kMaxGroups &&
-                   cpu_index(self).contains(0, static_cast<int>(gid), d.data()[0]);
+            if (gid < 0 || gid >= kMaxGroups) {
+              return false;
+            }
+            if (self.gpu) {
+              nb::object found = device_index_contains(*self.gpu, 0, nb::int_(gid),
+                                                       nb::make_tuple(pair[1]), nb::none());
+              return nb::cast<bool>(found[nb::int_(0)]);
+            }
+            return cpu_index(self).contains(0, static_cast<int>(gid), d.data()[0]);
           },
           nb::arg("pair"), "(group_id, key) in index: membership in namespace 0.")
       .def(
-          "__len__", [](PyBlockIndex& self) { return cpu_index(self).size(); },
+          "__len__", [](PyBlockIndex& self) { return index_size(self); },
           "Number of keys, over all namespaces.")
       .def_prop_ro(
-          "capacity", [](PyBlockIndex& self) { return cpu_index(self).capacity(); },
+          "capacity",
+          [](PyBlockIndex& self) {
+            return self.gpu ? self.gpu->capacity() : cpu_index(self).capacity();
+          },
           "Slots currently allocated.")
       .def(
-          "clear", [](PyBlockIndex& self) { cpu_index(self).clear(); }, "Removes every key.")
+          "clear",
+          [](PyBlockIndex& self) {
+            if (self.gpu) {
+              self.gpu->clear();
+            } else {
+              cpu_index(self).clear();
+            }
+          },
+          "Removes every key.")
       .def("__repr__", [](PyBlockIndex& self) {
-        return "BlockIndex(device='" + self.device + "', " +
-               std::to_string(cpu_index(self).size()) + " keys)";
+        return "BlockIndex(device='" + self.device + "', " + std::to_string(index_size(self)) +
+               " keys)";
       });
 }
 

@@ -13,6 +13,7 @@
 
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
+#include "prefixhit/device_block_index.hpp"
 #include "prefixhit/existence.hpp"
 #include "prefixhit/gpu.hpp"
 #include "prefixhit/types.hpp"
@@ -127,8 +128,12 @@ struct PyKeySet {
 };
 
 /// The Python-side BlockIndex class: "cpu" wraps the resident index; "cuda" the device index
-/// when the build has it.
-struct PyBlockIndex;
+/// (in a CUDA build with a device).
+struct PyBlockIndex {
+  std::string device;
+  std::unique_ptr<BlockIndex> cpu;
+  std::unique_ptr<DeviceBlockIndex> gpu;
+};
 /// A lookup's view of a PyBlockIndex in one namespace (CPU indexes only).
 const ExistenceSource* cpu_view(const PyBlockIndex& index, Namespace ns,
                                 std::optional<BlockIndex::View>& storage);
@@ -192,6 +197,32 @@ class ResolvedStore {
 /// Fills a KeySet from an iterable of (group_id, digest) pairs; TypeError/ValueError naming the
 /// first bad entry.
 void fill_key_set(KeySet& set, nb::handle iterable, const char* name);
+
+/// The result of find_longest_cache_hits (host arrays, whatever engine produced them).
+struct PyBatchResult {
+  BatchLookupResult result;
+};
+
+// ---- GPU paths (gpu.cpp) -------------------------------------------------------------------
+// Host-array calls go through the C++ engine's host overloads; device arrays (DLPack, CUDA)
+// need this module to be built with CUDA (PREFIXHIT_PY_WITH_CUDA) and throw Unavailable
+// otherwise. Streams are ints (cudaStream_t values), torch/cupy stream objects, or None.
+
+cudaStream_t to_stream(nb::handle stream);
+/// The coordinator's GPU engine, made on first use; Unavailable without CUDA or a device.
+gpu::BatchLookupEngine& engine_of(PyCoordinator& self);
+std::unique_ptr<DeviceBlockIndex> make_device_index(const DeviceBlockIndexOptions& options,
+                                                    nb::handle stream);
+/// insert (erase = false) or erase on a device index; keys and group ids host or device.
+std::size_t device_index_update(DeviceBlockIndex& index, Namespace ns, nb::handle group_ids,
+                                nb::handle keys, nb::handle stream, bool erase);
+/// A host numpy bool array: whether each (group_id, key) is in the device index.
+nb::object device_index_contains(const DeviceBlockIndex& index, Namespace ns, nb::handle group_ids,
+                                 nb::handle keys, nb::handle stream);
+/// A batch against a device index: host arrays or device arrays (then `stream` orders it).
+PyBatchResult gpu_batch(PyCoordinator& self, nb::handle digests, nb::handle offsets,
+                        nb::handle max_lengths, nb::handle apply_eagle, const PyBlockIndex& store,
+                        Namespace ns, nb::handle stream);
 
 // ---- results ----------------------------------------------------------------------------------
 

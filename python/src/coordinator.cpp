@@ -1,6 +1,7 @@
 // prefixhit.Coordinator: the reference coordinator's Python surface over the C++ Coordinator.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <string>
@@ -71,11 +72,29 @@ Namespace to_namespace(nb::handle value) {
   return static_cast<Namespace>(ns);
 }
 
-nb::tuple lookup(const PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
                  nb::handle store, bool apply_eagle, nb::handle ns) {
   const Coordinator& c = self.c;
   const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
   const std::int64_t max_len = to_int64(max_length, "max_length");
+  if (is_block_index(store) && as_block_index(store).gpu) {
+    // A device index answers through the GPU engine: a batch of one request.
+    const std::int64_t offsets[2] = {0, static_cast<std::int64_t>(digests.size())};
+    const std::uint8_t flag = apply_eagle ? 1 : 0;
+    LookupBatch batch;
+    batch.digests = digests.view();
+    batch.offsets = {offsets, 2};
+    batch.max_lengths = {&max_len, 1};
+    batch.apply_eagle = {&flag, 1};
+    gpu::BatchLookupEngine& engine = engine_of(self);
+    const Namespace space = to_namespace(ns);
+    BatchLookupResult batch_result;
+    {
+      nb::gil_scoped_release release;
+      batch_result = engine.find_longest_cache_hits(batch, *as_block_index(store).gpu, space);
+    }
+    return nb::make_tuple(lookup_masks(batch_result.request(0)), batch_result.hit_lengths[0]);
+  }
   const ResolvedStore resolved(store, to_namespace(ns), digests);
   LookupResult result;
   if (resolved.needs_gil()) {

@@ -1,5 +1,7 @@
 // prefixhit._core: the compiled half of the prefixhit Python package. The package's
 // __init__.py re-exports these names next to the pure-Python error classes.
+#include <nanobind/stl/string.h>
+
 #include "common.hpp"
 
 namespace prefixhit::py {
@@ -14,13 +16,14 @@ void bind_gpu_info(nb::module_& m) {
 #else
         info["cuda"] = false;
 #endif
-        info["gpu_batch"] = false;
-        info["device_block_index"] = false;
+        // The GPU batch engine and the device index need a CUDA build and a visible device.
+        info["gpu_available"] = prefixhit::gpu::device_available();
+        info["device"] = prefixhit::gpu::describe_device();
         return info;
       },
-      "What this build contains: 'cuda' (the library was built with nvcc), 'gpu_batch' (device "
-      "arrays are accepted by find_longest_cache_hits) and 'device_block_index' "
-      "(BlockIndex(device='cuda') works).");
+      "What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA "
+      "device can be used: BlockIndex(device='cuda') and device-array batches work) and "
+      "'device' (the device, or why there is none).");
 }
 
 }  // namespace prefixhit::py
