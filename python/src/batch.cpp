@@ -1,4 +1,6 @@
 // The batch API: many lookups in one call, arrays in and arrays out, no per-request Python.
+#include <nanobind/stl/string.h>
+
 #include <string>
 #include <vector>
 
@@ -182,9 +184,10 @@ void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m) {
         return host_batch(self.c, digests, offsets, max_lengths, store, apply_eagle, ns,
                           num_threads);
       },
-      nb::arg("digests"), nb::arg("offsets"), nb::arg("max_lengths"), nb::arg("store"),
-      nb::kw_only(), nb::arg("apply_eagle") = nb::none(), nb::arg("namespace") = 0,
-      nb::arg("stream") = nb::none(), nb::arg("num_threads") = 0,
+      nb::arg("digests").none(), nb::arg("offsets").none(), nb::arg("max_lengths").none(),
+      nb::arg("store").none(), nb::kw_only(), nb::arg("apply_eagle").none() = nb::none(),
+      nb::arg("namespace").none() = 0, nb::arg("stream").none() = nb::none(),
+      nb::arg("num_threads") = 0,
       nb::sig("def find_longest_cache_hits(self, digests: Digests, offsets: IntArray, "
               "max_lengths: int | IntArray, store: Store, *, "
               "apply_eagle: bool | Sequence[bool] | numpy.ndarray | None = None, "
@@ -198,8 +201,8 @@ void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m) {
       "store: as for find_longest_cache_hit. KeySet and BlockIndex stores run on all cores "
       "without the GIL; a Python set is probed on the calling thread.\n"
       "apply_eagle: None or True (every request), False, or one flag per request.\n"
-      "stream: the caller's CUDA stream (an int handle) for device arrays; ignored for host "
-      "arrays.\n"
+      "stream: the caller's CUDA stream (an int handle, or a torch/cupy stream object) for the "
+      "GPU engine (device arrays, or a BlockIndex('cuda') store); the CPU engine ignores it.\n"
       "num_threads: 0 for every hardware thread, 1 for the calling thread only.\n\n"
       "Errors name the first failing request. Device arrays need the GPU engine and raise "
       "BackendUnavailableError in a build without it.");

@@ -131,8 +131,8 @@ void bind_block_index(nb::module_& m) {
                        ? index.insert(space, *ids.single, d.view())
                        : index.insert(space, span<const std::int32_t>(ids.per_key), d.view());
           },
-          nb::arg("group_ids"), nb::arg("keys"), nb::kw_only(), nb::arg("namespace") = 0,
-          nb::arg("stream") = nb::none(),
+          nb::arg("group_ids").none(), nb::arg("keys").none(), nb::kw_only(),
+          nb::arg("namespace") = 0, nb::arg("stream").none() = nb::none(),
           nb::sig("def insert(self, group_ids: int | IntArray, keys: Digests, *, "
                   "namespace: int = 0, stream: int | None = None) -> int"),
           "Inserts keys ([n, 32] uint8 array, bytes of n*32, or a list of bytes) for one group "
@@ -152,8 +152,8 @@ void bind_block_index(nb::module_& m) {
             return ids.single ? index.erase(space, *ids.single, d.view())
                               : index.erase(space, span<const std::int32_t>(ids.per_key), d.view());
           },
-          nb::arg("group_ids"), nb::arg("keys"), nb::kw_only(), nb::arg("namespace") = 0,
-          nb::arg("stream") = nb::none(),
+          nb::arg("group_ids").none(), nb::arg("keys").none(), nb::kw_only(),
+          nb::arg("namespace") = 0, nb::arg("stream").none() = nb::none(),
           nb::sig("def erase(self, group_ids: int | IntArray, keys: Digests, *, "
                   "namespace: int = 0, stream: int | None = None) -> int"),
           "Erases keys (absent ones are ignored). Returns how many were removed.")
@@ -179,8 +179,8 @@ void bind_block_index(nb::module_& m) {
             }
             return owned_bool_array(std::move(out));
           },
-          nb::arg("group_ids"), nb::arg("keys"), nb::kw_only(), nb::arg("namespace") = 0,
-          nb::arg("stream") = nb::none(),
+          nb::arg("group_ids").none(), nb::arg("keys").none(), nb::kw_only(),
+          nb::arg("namespace") = 0, nb::arg("stream").none() = nb::none(),
           nb::sig("def contains(self, group_ids: int | IntArray, keys: Digests, *, "
                   "namespace: int = 0, stream: int | None = None) -> numpy.ndarray"),
           "A bool array: whether each (group_id, key) is present.")
@@ -202,7 +202,7 @@ void bind_block_index(nb::module_& m) {
             }
             return cpu_index(self).contains(0, static_cast<int>(gid), d.data()[0]);
           },
-          nb::arg("pair"), "(group_id, key) in index: membership in namespace 0.")
+          nb::arg("pair").none(), "(group_id, key) in index: membership in namespace 0.")
       .def(
           "__len__", [](PyBlockIndex& self) { return index_size(self); },
           "Number of keys, over all namespaces.")

@@ -390,7 +390,9 @@ template class IntArray<std::int32_t>;
 // ---- stores ------------------------------------------------------------------------------------
 
 PyContainsSource::PyContainsSource(nb::handle container, const Digests& digests)
-    : container_(container.ptr()), is_set_(PyAnySet_Check(container.ptr())), digests_(digests) {}
+    : container_(container.ptr()),
+      is_set_(PyAnySet_CheckExact(container.ptr())),
+      digests_(digests) {}
 
 PyContainsSource::~PyContainsSource() {
   for (PyObject*& id : group_ids_) {

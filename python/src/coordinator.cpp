@@ -170,8 +170,9 @@ void bind_coordinator(nb::module_& m) {
                                        retention_interval);
            new (self) PyCoordinator(std::move(config));
          },
-         nb::arg("groups"), nb::arg("scheduler_block_size"), nb::arg("hash_block_size"),
-         nb::arg("use_eagle") = false, nb::arg("retention_interval") = nb::none(),
+         nb::arg("groups").none(), nb::arg("scheduler_block_size").none(),
+         nb::arg("hash_block_size").none(), nb::arg("use_eagle").none() = false,
+         nb::arg("retention_interval").none() = nb::none(),
          nb::sig("def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], "
                  "scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, "
                  "retention_interval: int | None = None) -> None"),
@@ -255,12 +256,13 @@ void bind_coordinator(nb::module_& m) {
             }
             return out;
           },
-          nb::arg("block_hashes"), nb::arg("block_size"),
+          nb::arg("block_hashes").none(), nb::arg("block_size"),
           nb::sig("def chunk_keys(self, block_hashes: Digests, block_size: int) -> list[bytes]"),
           "The store keys of a group with `block_size` (SEMANTICS.md 1.2): the last hash of "
           "each whole block.")
-      .def("find_longest_cache_hit", &lookup, nb::arg("block_hashes"), nb::arg("max_length"),
-           nb::arg("store"), nb::kw_only(), nb::arg("apply_eagle") = true, nb::arg("namespace") = 0,
+      .def("find_longest_cache_hit", &lookup, nb::arg("block_hashes").none(),
+           nb::arg("max_length").none(), nb::arg("store").none(), nb::kw_only(),
+           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0,
            nb::sig("def find_longest_cache_hit(self, block_hashes: Digests, max_length: int, "
                    "store: Store, *, apply_eagle: bool = True, namespace: int = 0) "
                    "-> tuple[list[list[bool]], int]"),
@@ -282,7 +284,7 @@ void bind_coordinator(nb::module_& m) {
             const std::int64_t n = num_hashes_of(block_hashes);
             return lookup_masks(self.c.load_mask(n, to_int64(token_len, "token_len")));
           },
-          nb::arg("block_hashes"), nb::arg("token_len"),
+          nb::arg("block_hashes").none(), nb::arg("token_len").none(),
           nb::sig("def load_mask(self, block_hashes: Digests | int, token_len: int) "
                   "-> list[list[bool]]"),
           "Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup "
@@ -297,8 +299,8 @@ void bind_coordinator(nb::module_& m) {
                                   to_int64(start_token, "start_token"),
                                   optional_int(num_prompt_tokens, "num_prompt_tokens")));
           },
-          nb::arg("aligned_token_len"), nb::arg("start_token") = 0,
-          nb::arg("num_prompt_tokens") = nb::none(),
+          nb::arg("aligned_token_len").none(), nb::arg("start_token").none() = 0,
+          nb::arg("num_prompt_tokens").none() = nb::none(),
           nb::sig("def store_mask(self, aligned_token_len: int, start_token: int = 0, "
                   "num_prompt_tokens: int | None = None) -> list[list[bool] | None]"),
           "Which chunks of each group a save of tokens [start_token, aligned_token_len) "
@@ -311,7 +313,7 @@ void bind_coordinator(nb::module_& m) {
             return chunk_masks(
                 self.c.lookup_mask(to_int64(aligned_token_len, "aligned_token_len")));
           },
-          nb::arg("aligned_token_len"),
+          nb::arg("aligned_token_len").none(),
           nb::sig("def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]"),
           "store_mask with start_token 0, no retention interval and no prompt length: the "
           "chunks a lookup may find.")
@@ -322,7 +324,7 @@ void bind_coordinator(nb::module_& m) {
             return PyKeyPlan{self.c.key_plan(digests.view(), to_int64(max_length, "max_length")),
                              self.c.num_groups()};
           },
-          nb::arg("block_hashes"), nb::arg("max_length"),
+          nb::arg("block_hashes").none(), nb::arg("max_length").none(),
           nb::sig("def key_plan(self, block_hashes: Digests, max_length: int) -> KeyPlan"),
           "The (group_id, key) pairs one lookup may read, for a remote store: ask the store "
           "about all of them at once, then pass plan.answers(present) as the lookup's store.")

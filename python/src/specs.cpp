@@ -219,14 +219,15 @@ void bind_specs(nb::module_& m) {
           },
           nb::arg("kind"), nb::arg("block_size"), nb::arg("eagle") = false, nb::kw_only(),
           nb::arg("num_kv_heads") = 0, nb::arg("head_size") = 0,
-          nb::arg("dtype").sig("''") = nb::str(""), nb::arg("sliding_window") = nb::none(),
+          nb::arg("dtype").none().sig("''") = nb::str(""), nb::arg("sliding_window") = nb::none(),
           nb::arg("attention_chunk_size") = nb::none(), nb::arg("mamba_cache_mode") = "none",
           nb::arg("state_dim") = 0,
           "Builds a spec. Fields a kind does not use keep their defaults; the coordinator "
           "rejects missing required ones (a window for sliding_window kinds, a chunk size for "
           "chunked_local) with InvalidConfigError.")
       .def_static(
-          "from_dict", [](nb::handle d) { return spec_from_object(d, "spec"); }, nb::arg("spec"),
+          "from_dict", [](nb::handle d) { return spec_from_object(d, "spec"); },
+          nb::arg("spec").none(),
           "A spec from a dict shaped like the conformance vectors' group objects.")
       .def("to_dict", &spec_to_dict, "The vector-style dict of this spec.")
       .def_prop_ro("kind", [](const GroupSpec& s) { return to_string(s.kind); })

@@ -1,5 +1,7 @@
 // Stores a lookup can run against: KeySet (a native set of pairs), KeyPlan / PlanAnswers (a
 // remote store asked in one batch). The resident BlockIndex is in block_index.cpp.
+#include <nanobind/stl/string.h>
+
 #include <string>
 #include <vector>
 
@@ -38,7 +40,7 @@ void bind_stores(nb::module_& m) {
               fill_key_set(self->set, entries, "entries");
             }
           },
-          nb::arg("entries") = nb::none(),
+          nb::arg("entries").none() = nb::none(),
           nb::sig("def __init__(self, entries: Iterable[tuple[int, bytes]] | None = None) -> None"))
       .def(
           "add",
@@ -49,13 +51,13 @@ void bind_stores(nb::module_& m) {
             }
             return self.set.insert(static_cast<int>(group_id), d.data()[0]);
           },
-          nb::arg("group_id"), nb::arg("key"),
+          nb::arg("group_id"), nb::arg("key").none(),
           nb::sig("def add(self, group_id: int, key: bytes) -> bool"),
           "Adds one pair; returns False if it was already present.")
       .def(
           "update",
           [](PyKeySet& self, nb::handle entries) { fill_key_set(self.set, entries, "entries"); },
-          nb::arg("entries"),
+          nb::arg("entries").none(),
           nb::sig("def update(self, entries: Iterable[tuple[int, bytes]]) -> None"),
           "Adds every (group_id, key) pair of an iterable.")
       .def(
@@ -69,7 +71,7 @@ void bind_stores(nb::module_& m) {
             }
             return added;
           },
-          nb::arg("group_ids"), nb::arg("keys"),
+          nb::arg("group_ids").none(), nb::arg("keys").none(),
           nb::sig("def insert(self, group_ids: int | IntArray, keys: Digests) -> int"),
           "Bulk insert: keys as a [n, 32] uint8 array (or bytes of n*32, or a list of bytes), "
           "group_ids one int or one per key. Returns how many pairs were new.")
@@ -84,7 +86,7 @@ void bind_stores(nb::module_& m) {
             return gid >= INT32_MIN && gid <= INT32_MAX &&
                    self.set.contains(static_cast<int>(gid), d.data()[0]);
           },
-          nb::arg("pair"))
+          nb::arg("pair").none())
       .def("__len__", [](const PyKeySet& self) { return self.set.size(); })
       .def(
           "clear", [](PyKeySet& self) { self.set.clear(); }, "Removes every pair.")
@@ -157,7 +159,7 @@ void bind_stores(nb::module_& m) {
             out.num_hashes = p.plan.num_hashes;
             return out;
           },
-          nb::arg("present"),
+          nb::arg("present").none(),
           nb::sig("def answers(self, present: Sequence[bool] | numpy.ndarray) -> PlanAnswers"),
           "The store's answers, one truth value per plan entry, as a lookup store.");
 }

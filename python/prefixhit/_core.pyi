@@ -1,0 +1,359 @@
+"""Type stubs of prefixhit._core, the compiled half of prefixhit (nanobind).
+
+Generated with `python -m nanobind.stubgen -m prefixhit._core`, then given the argument aliases
+below. tests/python/test_packaging.py checks that every public name of the module is here.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Union
+
+import numpy
+
+from ._types import SpecGroup
+
+#: A request's 32-byte digests: a sequence of bytes-like objects, a uint8 [n, 32] array (numpy,
+#: or a CUDA tensor for the batch API), a numpy "S32" array, or (batch and index calls) one
+#: bytes-like object of n * 32 bytes.
+Digests = Union[Sequence[bytes], numpy.ndarray, bytes, bytearray, memoryview]
+#: A 1-D integer array or a sequence of ints.
+IntArray = Union[Sequence[int], numpy.ndarray]
+#: What a lookup reads the store from.
+Store = Union[
+    set[tuple[int, bytes]],
+    frozenset[tuple[int, bytes]],
+    Iterable[tuple[int, bytes]],
+    "KeySet",
+    "BlockIndex",
+    "PlanAnswers",
+]
+
+class GroupSpec:
+    """
+    One KV-cache group's spec (SEMANTICS.md 2.1, 9.2). Immutable.
+
+    Every field except ``eagle`` takes part in spec equality: groups whose specs are equal merge into one spec group. ``kind`` is one of 'full_attention', 'mla_attention', 'sliding_window', 'sliding_window_mla', 'chunked_local', 'mamba'.
+    """
+
+    def __init__(self, kind: str, block_size: int, eagle: bool = False, *, num_kv_heads: int = 0, head_size: int = 0, dtype: object = '', sliding_window: int | None = None, attention_chunk_size: int | None = None, mamba_cache_mode: str = 'none', state_dim: int = 0) -> None:
+        """
+        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError.
+        """
+
+    @staticmethod
+    def from_dict(spec: Mapping[str, object]) -> GroupSpec:
+        """A spec from a dict shaped like the conformance vectors' group objects."""
+
+    def to_dict(self) -> dict[str, object]:
+        """The vector-style dict of this spec."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def eagle(self) -> bool:
+        """The group holds EAGLE/MTP draft layers."""
+
+    @property
+    def num_kv_heads(self) -> int: ...
+
+    @property
+    def head_size(self) -> int: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def sliding_window(self) -> int | None: ...
+
+    @property
+    def attention_chunk_size(self) -> int | None: ...
+
+    @property
+    def mamba_cache_mode(self) -> str: ...
+
+    @property
+    def state_dim(self) -> int: ...
+
+    def same_spec(self, other: GroupSpec) -> bool:
+        """
+        Spec equality: every field but ``eagle``, the kind included (the merge rule).
+        """
+
+    def __eq__(self, other: object) -> bool: ...
+
+    def __hash__(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+    def __getstate__(self) -> dict[str, object]: ...
+
+    def __setstate__(self, arg: dict[str, object], /) -> None: ...
+
+class KeySet:
+    """
+    A native set of (group_id, key) pairs: the fastest store for repeated or batched lookups when the caller owns the store content. Any group id is accepted; ids outside a configuration never match.
+    """
+
+    def __init__(self, entries: Iterable[tuple[int, bytes]] | None = None) -> None: ...
+
+    def add(self, group_id: int, key: bytes) -> bool:
+        """Adds one pair; returns False if it was already present."""
+
+    def update(self, entries: Iterable[tuple[int, bytes]]) -> None:
+        """Adds every (group_id, key) pair of an iterable."""
+
+    def insert(self, group_ids: int | IntArray, keys: Digests) -> int:
+        """
+        Bulk insert: keys as a [n, 32] uint8 array (or bytes of n*32, or a list of bytes), group_ids one int or one per key. Returns how many pairs were new.
+        """
+
+    def __contains__(self, pair: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def clear(self) -> None:
+        """Removes every pair."""
+
+    def __repr__(self) -> str: ...
+
+class PlanAnswers:
+    """
+    A remote store's answers to a KeyPlan, usable as the store of find_longest_cache_hit for the same block_hashes. Keys outside the plan count as absent.
+    """
+
+    @property
+    def num_hashes(self) -> int: ...
+
+class KeyPlan:
+    """The (group_id, key) pairs one lookup may read (Coordinator.key_plan)."""
+
+    @property
+    def num_hashes(self) -> int:
+        """Number of hashes of the request the plan was made for."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def group_ids(self) -> numpy.ndarray:
+        """int32 [k]: group id per entry."""
+
+    @property
+    def hash_indices(self) -> numpy.ndarray:
+        """int64 [k]: the key of entry i is block_hashes[hash_indices[i]]."""
+
+    @property
+    def keys(self) -> numpy.ndarray:
+        """uint8 [k, 32]: the key of each entry."""
+
+    def pairs(self) -> list[tuple[int, bytes]]:
+        """
+        The entries as (group_id, key) tuples, the shape of a Python-set store.
+        """
+
+    def answers(self, present: Sequence[bool] | numpy.ndarray) -> PlanAnswers:
+        """
+        The store's answers, one truth value per plan entry, as a lookup store.
+        """
+
+class BlockIndex:
+    """
+    A resident set of (namespace, group_id, 32-byte key) entries, the store of find_longest_cache_hit(s) for a runtime that keeps its store's key directory in process. Thread-safe: concurrent readers and writers; each bulk call is atomic.
+
+    device='cpu' is the host index. device='cuda' is the GPU-resident index; it needs a CUDA build with the device index and raises BackendUnavailableError otherwise.
+    """
+
+    def __init__(self, device: str = 'cpu', *, initial_capacity: int = 65536, max_load_factor: float = 0.8, max_capacity: int = 0, seed: int = 0) -> None:
+        """
+        device: 'cpu' (host memory) or 'cuda' (the current CUDA device). initial_capacity: slots reserved up front. max_load_factor: grow past this load. max_capacity: 0 for unbounded, else inserts that would not fit raise CapacityExceededError and insert nothing. seed: 0 draws a random hash seed.
+        """
+
+    @property
+    def device(self) -> str: ...
+
+    def insert(self, group_ids: int | IntArray, keys: Digests, *, namespace: int = 0, stream: int | None = None) -> int:
+        """
+        Inserts keys ([n, 32] uint8 array, bytes of n*32, or a list of bytes) for one group id or one id per key. Returns how many were new.
+        """
+
+    def erase(self, group_ids: int | IntArray, keys: Digests, *, namespace: int = 0, stream: int | None = None) -> int:
+        """Erases keys (absent ones are ignored). Returns how many were removed."""
+
+    def contains(self, group_ids: int | IntArray, keys: Digests, *, namespace: int = 0, stream: int | None = None) -> numpy.ndarray:
+        """A bool array: whether each (group_id, key) is present."""
+
+    def __contains__(self, pair: object) -> bool:
+        """(group_id, key) in index: membership in namespace 0."""
+
+    def __len__(self) -> int:
+        """Number of keys, over all namespaces."""
+
+    @property
+    def capacity(self) -> int:
+        """Slots currently allocated."""
+
+    def clear(self) -> None:
+        """Removes every key."""
+
+    def __repr__(self) -> str: ...
+
+class Coordinator:
+    """
+    Prefix-hit lookups for one KV-cache configuration, with the answers of vLLM's MooncakeStoreCoordinator (SEMANTICS.md).
+
+    Construction merges equal group specs into spec groups, sorts full attention first, spreads the EAGLE flag and validates the block sizes (InvalidConfigError). A Coordinator is immutable and safe to share between threads.
+    """
+
+    def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, retention_interval: int | None = None) -> None:
+        """
+        groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like the vectors' group objects (kind, block_size, eagle, sliding_window, attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).
+        scheduler_block_size: S, a common multiple of every block size.
+        hash_block_size: H, the granularity of the request's hash chain.
+        use_eagle: speculative decoding with an EAGLE/MTP drafter is on.
+        retention_interval: None, 0 or a positive token count (store masks only).
+        """
+
+    @staticmethod
+    def from_config(config: Mapping[str, object]) -> Coordinator:
+        """
+        A coordinator from a conformance vector's `config` object (hash_block_size, scheduler_block_size, use_eagle, retention_interval, groups). The informational enable_partial_hash_hits field is ignored.
+        """
+
+    @property
+    def num_groups(self) -> int:
+        """Number of KV-cache groups."""
+
+    @property
+    def hash_block_size(self) -> int: ...
+
+    @property
+    def scheduler_block_size(self) -> int: ...
+
+    @property
+    def use_eagle(self) -> bool: ...
+
+    @property
+    def retention_interval(self) -> int | None: ...
+
+    @property
+    def groups(self) -> list[GroupSpec]:
+        """The group specs, indexed by group id."""
+
+    @property
+    def eagle_group_ids(self) -> list[int]:
+        """Sorted member ids of the EAGLE-flagged spec groups (SEMANTICS.md 2.3)."""
+
+    @property
+    def spec_groups(self) -> list[SpecGroup]:
+        """
+        Spec groups in processing order: (group_ids, use_eagle) named tuples, after merging, sorting full attention first and the EAGLE fallback. Each compares equal to the plain tuple or list [[ids...], flag].
+        """
+
+    @property
+    def enable_partial_hash_hits(self) -> bool:
+        """
+        Fine-grained (partial) hash hits: some Mamba group in 'align' mode has a block larger than H (SEMANTICS.md 1.3).
+        """
+
+    @property
+    def lookup_alignment(self) -> int:
+        """A: hash_block_size with partial hits, else scheduler_block_size."""
+
+    def align_lookup_length(self, length: int) -> int:
+        """floor(length / A) * A."""
+
+    def chunk_keys(self, block_hashes: Digests, block_size: int) -> list[bytes]:
+        """
+        The store keys of a group with `block_size` (SEMANTICS.md 1.2): the last hash of each whole block.
+        """
+
+    def find_longest_cache_hit(self, block_hashes: Digests, max_length: int, store: Store, *, apply_eagle: bool = True, namespace: int = 0) -> tuple[list[list[bool]], int]:
+        """
+        The longest prefix of the request present in `store` (SEMANTICS.md 5).
+
+        block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 array).
+        max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.
+        store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) pairs, probed in place; an iterable of pairs (converted); a KeySet; a BlockIndex (with `namespace`); or PlanAnswers from key_plan().
+        apply_eagle: apply the EAGLE drop (the receive path passes False).
+
+        Returns (masks, hit_length): masks[group_id] lists the group's blocks, False for a placeholder and True for a block to load. Raises the finder errors (UnsupportedLookupError subclasses) and InvalidArgumentError (a ValueError) for a max_length out of range.
+        """
+
+    def load_mask(self, block_hashes: Digests | int, token_len: int) -> list[list[bool]]:
+        """
+        Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup against a store holding every key, without the EAGLE drop. Only the number of hashes matters, so an int count is accepted too.
+        """
+
+    def store_mask(self, aligned_token_len: int, start_token: int = 0, num_prompt_tokens: int | None = None) -> list[list[bool] | None]:
+        """
+        Which chunks of each group a save of tokens [start_token, aligned_token_len) writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError unless aligned_token_len is a multiple of lookup_alignment.
+        """
+
+    def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]:
+        """
+        store_mask with start_token 0, no retention interval and no prompt length: the chunks a lookup may find.
+        """
+
+    def key_plan(self, block_hashes: Digests, max_length: int) -> KeyPlan:
+        """
+        The (group_id, key) pairs one lookup may read, for a remote store: ask the store about all of them at once, then pass plan.answers(present) as the lookup's store.
+        """
+
+    def __repr__(self) -> str: ...
+
+    def find_longest_cache_hits(self, digests: Digests, offsets: IntArray, max_lengths: int | IntArray, store: Store, *, apply_eagle: bool | Sequence[bool] | numpy.ndarray | None = None, namespace: int = 0, stream: int | None = None, num_threads: int = 0) -> BatchLookupResult:
+        """
+        Many lookups in one call; each request's answer equals find_longest_cache_hit's.
+
+        digests: every request's digests back to back: uint8 [n, 32] (numpy, or a CUDA tensor through DLPack), bytes of n*32, or a list of bytes.
+        offsets: int64 [R + 1]; request r owns digests[offsets[r]:offsets[r + 1]].
+        max_lengths: int64 [R] (or one int for all).
+        store: as for find_longest_cache_hit. KeySet and BlockIndex stores run on all cores without the GIL; a Python set is probed on the calling thread.
+        apply_eagle: None or True (every request), False, or one flag per request.
+        stream: the caller's CUDA stream (an int handle, or a torch/cupy stream object) for the GPU engine (device arrays, or a BlockIndex('cuda') store); the CPU engine ignores it.
+        num_threads: 0 for every hardware thread, 1 for the calling thread only.
+
+        Errors name the first failing request. Device arrays need the GPU engine and raise BackendUnavailableError in a build without it.
+        """
+
+class BatchLookupResult:
+    """
+    Results of find_longest_cache_hits. Arrays are read-only views that keep this object alive.
+    """
+
+    @property
+    def num_requests(self) -> int: ...
+
+    @property
+    def num_groups(self) -> int: ...
+
+    @property
+    def hit_lengths(self) -> numpy.ndarray:
+        """int64 [R]: hit length per request."""
+
+    @property
+    def num_blocks(self) -> numpy.ndarray:
+        """int64 [R, G]: length of request r's block list for group g."""
+
+    @property
+    def num_placeholders(self) -> numpy.ndarray:
+        """
+        int64 [R, G]: leading placeholders (False entries) of that list; the rest are blocks to load.
+        """
+
+    def masks(self, r: int) -> list[list[bool]]:
+        """Request r's masks, as find_longest_cache_hit returns them."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, r: int) -> tuple[list[list[bool]], int]:
+        """(masks, hit_length) of request r, equal to the one-by-one call."""
+
+    def __repr__(self) -> str: ...
+
+def build_info() -> dict[str, object]:
+    """
+    What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work) and 'device' (the device, or why there is none).
+    """
