@@ -120,6 +120,15 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
+/// cudaMemcpyAsync that skips empty copies: an empty batch may come with null host pointers,
+/// which the runtime is free to reject even for zero bytes.
+void copy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                cudaStream_t stream, const char* what) {
+  if (bytes > 0) {
+    check(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
+  }
+}
+
 /// A device allocation that only grows; for the host overloads' staging.
 template <class T>
 class DeviceBuffer {
@@ -309,21 +318,16 @@ struct BatchLookupEngine::Impl {
     d.digests = digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
     d.offsets = offsets.reserve(r + 1, "cudaMalloc(offsets)");
     d.max_lengths = max_lengths.reserve(r, "cudaMalloc(max_lengths)");
-    check(
-        cudaMemcpyAsync(digests.data(), batch.digests.data(),
-                        batch.digests.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(digests)");
-    check(cudaMemcpyAsync(offsets.data(), batch.offsets.data(), (r + 1) * sizeof(std::int64_t),
-                          cudaMemcpyHostToDevice, stream),
-          "cudaMemcpyAsync(offsets)");
-    check(cudaMemcpyAsync(max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
-                          cudaMemcpyHostToDevice, stream),
-          "cudaMemcpyAsync(max_lengths)");
+    copy_async(digests.data(), batch.digests.data(), batch.digests.size() * sizeof(BlockDigest),
+               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(digests)");
+    copy_async(offsets.data(), batch.offsets.data(), (r + 1) * sizeof(std::int64_t),
+               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(offsets)");
+    copy_async(max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
+               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(max_lengths)");
     if (!batch.apply_eagle.empty()) {
       d.apply_eagle = apply_eagle.reserve(r, "cudaMalloc(apply_eagle)");
-      check(cudaMemcpyAsync(apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice,
-                            stream),
-            "cudaMemcpyAsync(apply_eagle)");
+      copy_async(apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice, stream,
+                 "cudaMemcpyAsync(apply_eagle)");
     }
     return d;
   }
@@ -351,18 +355,14 @@ struct BatchLookupEngine::Impl {
     result.num_blocks.resize(r * g);
     result.num_placeholders.resize(r * g);
     std::int64_t failed = 0;
-    check(
-        cudaMemcpyAsync(&failed, out.first_failed, sizeof(failed), cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync(first_failed)");
-    check(cudaMemcpyAsync(result.hit_lengths.data(), out.hit_lengths, r * sizeof(std::int64_t),
-                          cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpyAsync(hit_lengths)");
-    check(cudaMemcpyAsync(result.num_blocks.data(), out.num_blocks, r * g * sizeof(std::int64_t),
-                          cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpyAsync(num_blocks)");
-    check(cudaMemcpyAsync(result.num_placeholders.data(), out.num_placeholders,
-                          r * g * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpyAsync(num_placeholders)");
+    copy_async(&failed, out.first_failed, sizeof(failed), cudaMemcpyDeviceToHost, stream,
+               "cudaMemcpyAsync(first_failed)");
+    copy_async(result.hit_lengths.data(), out.hit_lengths, r * sizeof(std::int64_t),
+               cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(hit_lengths)");
+    copy_async(result.num_blocks.data(), out.num_blocks, r * g * sizeof(std::int64_t),
+               cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(num_blocks)");
+    copy_async(result.num_placeholders.data(), out.num_placeholders, r * g * sizeof(std::int64_t),
+               cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(num_placeholders)");
     check(cudaStreamSynchronize(stream), "batch lookup");
     timer.report();
     if (failed < 0 || static_cast<std::size_t>(failed) > r) {
@@ -516,8 +516,8 @@ BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& 
   const std::lock_guard<std::mutex> lock(impl.mutex);
   const DeviceBatch d = impl.stage(batch, stream);
   std::uint8_t* table = impl.presence.reserve(presence.size() + 1, "cudaMalloc(presence)");
-  check(cudaMemcpyAsync(table, presence.data(), presence.size(), cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(presence)");
+  copy_async(table, presence.data(), presence.size(), cudaMemcpyHostToDevice, stream,
+             "cudaMemcpyAsync(presence)");
   const DeviceLookupOutput out = impl.outputs(batch.num_requests());
   EventTimer timer(timing, stream);
   lookup_async(d, table, out, stream);
@@ -573,21 +573,17 @@ DeviceBatchBuffers::DeviceBatchBuffers(const LookupBatch& batch, int num_groups,
   d.digests = impl->digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
   d.offsets = impl->offsets.reserve(r + 1, "cudaMalloc(offsets)");
   d.max_lengths = impl->max_lengths.reserve(r + 1, "cudaMalloc(max_lengths)");
-  check(cudaMemcpyAsync(impl->digests.data(), batch.digests.data(),
-                        batch.digests.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(digests)");
-  check(
-      cudaMemcpyAsync(impl->offsets.data(), batch.offsets.data(),
-                      batch.offsets.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
-      "cudaMemcpyAsync(offsets)");
-  check(cudaMemcpyAsync(impl->max_lengths.data(), batch.max_lengths.data(),
-                        r * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(max_lengths)");
+  copy_async(impl->digests.data(), batch.digests.data(), batch.digests.size() * sizeof(BlockDigest),
+             cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(digests)");
+  copy_async(impl->offsets.data(), batch.offsets.data(),
+             batch.offsets.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream,
+             "cudaMemcpyAsync(offsets)");
+  copy_async(impl->max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
+             cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(max_lengths)");
   if (!batch.apply_eagle.empty()) {
     d.apply_eagle = impl->apply_eagle.reserve(r + 1, "cudaMalloc(apply_eagle)");
-    check(cudaMemcpyAsync(impl->apply_eagle.data(), batch.apply_eagle.data(), r,
-                          cudaMemcpyHostToDevice, stream),
-          "cudaMemcpyAsync(apply_eagle)");
+    copy_async(impl->apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice,
+               stream, "cudaMemcpyAsync(apply_eagle)");
   }
   DeviceLookupOutput& o = impl->out;
   o.hit_lengths = impl->hit_lengths.reserve(r + 1, "cudaMalloc(hit_lengths)");
@@ -619,8 +615,8 @@ const std::uint8_t* DeviceBatchBuffers::upload_presence(span<const std::uint8_t>
                           " entries, expected " + std::to_string(want));
   }
   std::uint8_t* table = impl_->presence.reserve(want + 1, "cudaMalloc(presence)");
-  check(cudaMemcpyAsync(table, presence.data(), want, cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(presence)");
+  copy_async(table, presence.data(), want, cudaMemcpyHostToDevice, stream,
+             "cudaMemcpyAsync(presence)");
   check(cudaStreamSynchronize(stream), "presence upload");
   return table;
 }
@@ -650,33 +646,30 @@ BatchLookupResult DeviceBatchBuffers::download(cudaStream_t stream) const {
   result.hit_lengths.resize(impl.requests());
   result.num_blocks.resize(impl.cells());
   result.num_placeholders.resize(impl.cells());
-  check(cudaMemcpyAsync(result.hit_lengths.data(), impl.out.hit_lengths,
-                        impl.requests() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync(hit_lengths)");
-  check(cudaMemcpyAsync(result.num_blocks.data(), impl.out.num_blocks,
-                        impl.cells() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync(num_blocks)");
-  check(cudaMemcpyAsync(result.num_placeholders.data(), impl.out.num_placeholders,
-                        impl.cells() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync(num_placeholders)");
+  copy_async(result.hit_lengths.data(), impl.out.hit_lengths,
+             impl.requests() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream,
+             "cudaMemcpyAsync(hit_lengths)");
+  copy_async(result.num_blocks.data(), impl.out.num_blocks, impl.cells() * sizeof(std::int64_t),
+             cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(num_blocks)");
+  copy_async(result.num_placeholders.data(), impl.out.num_placeholders,
+             impl.cells() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream,
+             "cudaMemcpyAsync(num_placeholders)");
   check(cudaStreamSynchronize(stream), "result download");
   return result;
 }
 
 std::vector<ErrorKind> DeviceBatchBuffers::download_status(cudaStream_t stream) const {
   std::vector<ErrorKind> status(impl_->requests());
-  check(cudaMemcpyAsync(status.data(), impl_->out.status, status.size() * sizeof(ErrorKind),
-                        cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync(status)");
+  copy_async(status.data(), impl_->out.status, status.size() * sizeof(ErrorKind),
+             cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(status)");
   check(cudaStreamSynchronize(stream), "status download");
   return status;
 }
 
 std::int64_t DeviceBatchBuffers::download_first_failed(cudaStream_t stream) const {
   std::int64_t first = 0;
-  check(cudaMemcpyAsync(&first, impl_->out.first_failed, sizeof(first), cudaMemcpyDeviceToHost,
-                        stream),
-        "cudaMemcpyAsync(first_failed)");
+  copy_async(&first, impl_->out.first_failed, sizeof(first), cudaMemcpyDeviceToHost, stream,
+             "cudaMemcpyAsync(first_failed)");
   check(cudaStreamSynchronize(stream), "first_failed download");
   return first;
 }
@@ -689,9 +682,8 @@ std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id
   }
   DeviceBuffer<BlockDigest> staging;
   staging.reserve(keys.size(), "cudaMalloc(keys)");
-  check(cudaMemcpyAsync(staging.data(), keys.data(), keys.size() * sizeof(BlockDigest),
-                        cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(keys)");
+  copy_async(staging.data(), keys.data(), keys.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice,
+             stream, "cudaMemcpyAsync(keys)");
   // insert() is synchronous, so the staging buffer outlives its use.
   return index.insert(ns, group_id, staging.data(), keys.size(), stream);
 }
