@@ -241,7 +241,7 @@ struct BlockIndex::Impl {
       if (empty != 0) {
         const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(empty));
         t.tags.get()[slot] = p.tag;
-        t.metas.get()[slot] = key.meta;
+        t.metas.get()[slot] = static_cast<std::uint32_t>(key.meta);
         t.digests.get()[slot] = digest;
         return;
       }
@@ -265,9 +265,9 @@ struct BlockIndex::Impl {
     tombstones = 0;
   }
 
-  /// Inserts one key; returns whether it was new. The caller guarantees a free slot exists.
-  bool insert_one(const SlotKey& key, const BlockDigest& digest) {
-    const SlotPlace p = place(key);
+  /// Inserts one key at its precomputed place; returns whether it was new. The caller
+  /// guarantees a free slot exists.
+  bool insert_one(const SlotKey& key, const SlotPlace& p, const BlockDigest& digest) {
     std::uint8_t* tags = table.tags.get();
     std::int64_t free_slot = -1;
     for (std::uint64_t i = 0; i <= table.bucket_mask; ++i) {
@@ -298,7 +298,7 @@ struct BlockIndex::Impl {
       --tombstones;
     }
     tags[slot] = p.tag;
-    table.metas.get()[slot] = key.meta;
+    table.metas.get()[slot] = static_cast<std::uint32_t>(key.meta);
     table.digests.get()[slot] = digest;
     ++live;
     return true;
@@ -349,9 +349,35 @@ struct BlockIndex::Impl {
   std::size_t insert_many(std::size_t n, const KeyAt& key_at, const BlockDigest* digests) {
     std::unique_lock<std::shared_mutex> lock(mutex);
     reserve_for(n, key_at);
+    // In chunks: hash and prefetch the home buckets, then prefetch (for writing) the slot each
+    // key will most likely take, then insert. Overlaps the cache misses of a chunk.
+    constexpr std::size_t kChunk = 32;
+    SlotKey keys[kChunk];
+    SlotPlace places[kChunk];
     std::size_t added = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      added += insert_one(key_at(i), digests[i]) ? 1U : 0U;
+    const std::uint8_t* tags = table.tags.get();
+    for (std::size_t start = 0; start < n; start += kChunk) {
+      const std::size_t count = std::min(kChunk, n - start);
+      for (std::size_t k = 0; k < count; ++k) {
+        keys[k] = key_at(start + k);
+        places[k] = place(keys[k]);
+        prefetch(tags + (places[k].bucket << kBucketShift));
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::uint64_t base = places[k].bucket << kBucketShift;
+        std::uint32_t likely = match_tags(tags + base, places[k].tag);
+        if (likely == 0) {
+          likely = match_tags(tags + base, detail::kEmptyTag);
+        }
+        if (likely != 0) {
+          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(likely));
+          __builtin_prefetch(table.digests.get() + slot, 1, 3);
+          __builtin_prefetch(table.metas.get() + slot, 1, 3);
+        }
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        added += insert_one(keys[k], places[k], digests[start + k]) ? 1U : 0U;
+      }
     }
     publish_counts();
     return added;

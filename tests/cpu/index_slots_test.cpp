@@ -96,13 +96,15 @@ TEST(IndexSlots, HashDependsOnEveryDigestBitTheMetaAndTheSeed) {
       BlockDigest flipped = d;
       flipped.bytes[bit / 8] =
           static_cast<std::uint8_t>(flipped.bytes[bit / 8] ^ (1U << (bit % 8)));
-      const std::uint64_t h2 = slot_hash(make_slot_key(flipped, base.meta), key);
+      const std::uint64_t h2 =
+          slot_hash(make_slot_key(flipped, static_cast<std::uint32_t>(base.meta)), key);
       ASSERT_NE(h, h2) << "digest bit " << bit;
       flipped_total += static_cast<double>(std::bitset<64>(h ^ h2).count());
       ++flips;
     }
     for (int bit = 0; bit < 32; ++bit) {
-      const std::uint64_t h2 = slot_hash(make_slot_key(d, base.meta ^ (1U << bit)), key);
+      const std::uint64_t h2 =
+          slot_hash(make_slot_key(d, static_cast<std::uint32_t>(base.meta) ^ (1U << bit)), key);
       ASSERT_NE(h, h2) << "meta bit " << bit;
     }
   }
@@ -198,7 +200,7 @@ struct HandTable {
       if (empty != 0) {
         const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(empty));
         tags[slot] = p.tag;
-        metas[slot] = key.meta;
+        metas[slot] = static_cast<std::uint32_t>(key.meta);
         digests[slot] = digest;
         return;
       }

@@ -44,10 +44,12 @@ struct IndexHashKey {
   std::uint64_t k[5];
 };
 
-/// A key as the slot logic sees it: its digest as four little-endian words and its meta word.
+/// A key as the slot logic sees it: its digest as four little-endian words and its meta word
+/// (held in 64 bits so that copying a SlotKey never reads a half-written word: a 4-byte store
+/// followed by an 8-byte load of the struct stalls store forwarding on x86).
 struct SlotKey {
   std::uint64_t w[4];
-  std::uint32_t meta;
+  std::uint64_t meta;
 };
 
 /// Where a key goes: its hash, tag, home bucket and probe stride.
@@ -223,7 +225,7 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool slot_words_equal(const SlotKey& key,
                                                          const std::uint64_t (&stored)[4],
                                                          std::uint32_t stored_meta) {
   return ((key.w[0] ^ stored[0]) | (key.w[1] ^ stored[1]) | (key.w[2] ^ stored[2]) |
-          (key.w[3] ^ stored[3]) | static_cast<std::uint64_t>(key.meta ^ stored_meta)) == 0;
+          (key.w[3] ^ stored[3]) | (key.meta ^ stored_meta)) == 0;
 }
 
 /// Full key compare: all 32 digest bytes and the meta word (namespace and group id).
