@@ -10,7 +10,8 @@ namespace prefixhit::detail {
 
 /// Number of workers for `n` items when each worker should get at least `min_per_thread`.
 inline int choose_threads(std::size_t n, int requested, std::size_t min_per_thread) {
-  const unsigned hw = std::max(1U, std::thread::hardware_concurrency());
+  // hardware_concurrency() reads /sys on glibc (about 9 us here): once per process, not per batch.
+  static const unsigned hw = std::max(1U, std::thread::hardware_concurrency());
   const std::size_t cap = requested > 0 ? static_cast<std::size_t>(requested) : hw;
   const std::size_t by_work =
       std::max<std::size_t>(1, n / std::max<std::size_t>(1, min_per_thread));
