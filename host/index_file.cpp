@@ -1,0 +1,591 @@
+// Index persistence: the format is documented in include/prefixhit/index_file.hpp.
+#include "prefixhit/index_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit {
+
+namespace {
+
+// ---- CRC-32C, slicing by 8 ---------------------------------------------------------------------
+
+struct Crc32cTables {
+  std::uint32_t t[8][256];
+  Crc32cTables() noexcept {
+    constexpr std::uint32_t kPoly = 0x82F63B78U;  // Castagnoli, reflected
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) {
+        c = (c & 1U) != 0 ? (c >> 1) ^ kPoly : c >> 1;
+      }
+      t[0][i] = c;
+    }
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      for (int s = 1; s < 8; ++s) {
+        t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFFU];
+      }
+    }
+  }
+};
+
+const Crc32cTables& crc_tables() noexcept {
+  static const Crc32cTables tables;
+  return tables;
+}
+
+// ---- little-endian fields ----------------------------------------------------------------------
+
+void put_u32(std::uint8_t* p, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i) {
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+}
+
+void put_u64(std::uint8_t* p, std::uint64_t v) noexcept {
+  for (int i = 0; i < 8; ++i) {
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+}
+
+std::uint32_t get_u32(const std::uint8_t* p) noexcept {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) {
+    v = (v << 8) | p[i];
+  }
+  return v;
+}
+
+std::uint64_t get_u64(const std::uint8_t* p) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) {
+    v = (v << 8) | p[i];
+  }
+  return v;
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+std::string os_error(const std::string& what, const std::string& path, int err) {
+  return what + " '" + path + "': " + std::strerror(err);
+}
+
+// ---- records -----------------------------------------------------------------------------------
+
+struct Record {
+  Namespace ns = 0;
+  std::int32_t group_id = 0;
+  BlockDigest key;
+};
+
+bool record_less(const Record& a, const Record& b) noexcept {
+  return std::tie(a.ns, a.group_id, a.key.bytes) < std::tie(b.ns, b.group_id, b.key.bytes);
+}
+
+void encode_record(const Record& r, std::uint8_t* p) noexcept {
+  put_u32(p, r.ns);
+  put_u32(p + 4, static_cast<std::uint32_t>(r.group_id));
+  std::memcpy(p + 8, r.key.bytes.data(), BlockDigest::kSize);
+}
+
+Record decode_record(const std::uint8_t* p) noexcept {
+  Record r;
+  r.ns = get_u32(p);
+  r.group_id = static_cast<std::int32_t>(get_u32(p + 4));
+  std::memcpy(r.key.bytes.data(), p + 8, BlockDigest::kSize);
+  return r;
+}
+
+std::array<std::uint8_t, kIndexFileHeaderBytes> encode_header(std::uint64_t key_count) noexcept {
+  std::array<std::uint8_t, kIndexFileHeaderBytes> h{};
+  std::memcpy(h.data(), kIndexFileMagic, sizeof(kIndexFileMagic));
+  put_u32(h.data() + 8, kIndexFileVersion);
+  put_u32(h.data() + 12, static_cast<std::uint32_t>(kIndexFileHeaderBytes));
+  put_u32(h.data() + 16, static_cast<std::uint32_t>(kIndexFileRecordBytes));
+  put_u32(h.data() + 20, 0);
+  put_u64(h.data() + 24, key_count);
+  put_u32(h.data() + 32, 0);
+  put_u32(h.data() + 36, crc32c(h.data(), 36));
+  return h;
+}
+
+/// Every key of the index, sorted: the canonical record order.
+std::vector<Record> snapshot(const BlockIndex& index) {
+  std::vector<Record> records;
+  records.reserve(index.size());
+  index.for_each([&](Namespace ns, int group_id, const BlockDigest& key) {
+    records.push_back(Record{ns, static_cast<std::int32_t>(group_id), key});
+  });
+  std::sort(records.begin(), records.end(), record_less);
+  return records;
+}
+
+// ---- reading -----------------------------------------------------------------------------------
+
+/// Where the bytes of a file image come from. `read` fills exactly `size` bytes or returns false
+/// (the image ended early); OS failures throw IoError.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual std::uint64_t size() const = 0;
+  virtual bool read(std::uint8_t* out, std::size_t size) = 0;
+};
+
+class MemorySource final : public ByteSource {
+ public:
+  MemorySource(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  std::uint64_t size() const override { return size_; }
+  bool read(std::uint8_t* out, std::size_t size) override {
+    if (size > size_ - pos_) {
+      return false;
+    }
+    if (size != 0) {
+      std::memcpy(out, data_ + pos_, size);
+    }
+    pos_ += size;
+    return true;
+  }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+/// A file descriptor that closes itself.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const noexcept { return fd_; }
+  /// Closes now and reports close's error (which for writes can be the first sign of ENOSPC).
+  int close() noexcept {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+class FileSource final : public ByteSource {
+ public:
+  explicit FileSource(const std::string& path) : path_(path), fd_(open_or_throw(path)) {
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0) {
+      throw IoError(os_error("cannot stat index file", path, errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      throw IoError("index file '" + path + "' is not a regular file");
+    }
+    size_ = static_cast<std::uint64_t>(st.st_size);
+  }
+  std::uint64_t size() const override { return size_; }
+  bool read(std::uint8_t* out, std::size_t size) override {
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t got = ::read(fd_.get(), out + done, size - done);
+      if (got < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        throw IoError(os_error("cannot read index file", path_, errno));
+      }
+      if (got == 0) {
+        return false;  // shorter than fstat said: it shrank while we read
+      }
+      done += static_cast<std::size_t>(got);
+    }
+    return true;
+  }
+
+ private:
+  static int open_or_throw(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw IoError(os_error("cannot open index file", path, errno));
+    }
+    return fd;
+  }
+
+  std::string path_;
+  Fd fd_;
+  std::uint64_t size_ = 0;
+};
+
+/// Reads and verifies a whole image. Once the header is verified (count consistent with the file
+/// size), `begin(key_count)` is called; then every record is handed to `sink` in file order (in
+/// chunks). The caller must treat anything the sink built as provisional until read_image
+/// returns, since the file CRC is only known at the end.
+template <class Begin, class Sink>
+IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& begin, Sink&& sink) {
+  const std::string where = "index file '" + origin + "': ";
+  const std::uint64_t file_bytes = src.size();
+  if (file_bytes == 0) {
+    throw FormatError(where + "empty file (0 bytes), not a prefixhit index");
+  }
+  std::array<std::uint8_t, kIndexFileHeaderBytes> header{};
+  const std::size_t head =
+      static_cast<std::size_t>(std::min<std::uint64_t>(file_bytes, kIndexFileHeaderBytes));
+  if (!src.read(header.data(), head)) {
+    throw FormatError(where + "truncated while reading the header");
+  }
+  if (head < sizeof(kIndexFileMagic) && std::memcmp(header.data(), kIndexFileMagic, head) == 0) {
+    throw FormatError(where + "truncated: " + std::to_string(file_bytes) +
+                      " bytes, shorter than the magic number");
+  }
+  if (head < sizeof(kIndexFileMagic) ||
+      std::memcmp(header.data(), kIndexFileMagic, sizeof(kIndexFileMagic)) != 0) {
+    throw FormatError(where +
+                      "bad magic: not a prefixhit index file (expected it to start with "
+                      "\"PFXINDEX\")");
+  }
+  if (head < kIndexFileHeaderBytes) {
+    throw FormatError(where + "truncated: " + std::to_string(file_bytes) +
+                      " bytes, shorter than the " + std::to_string(kIndexFileHeaderBytes) +
+                      "-byte header");
+  }
+  const std::uint32_t version = get_u32(header.data() + 8);
+  if (version != kIndexFileVersion) {
+    throw FormatError(where + "unsupported format version " + std::to_string(version) +
+                      " (this build reads version " + std::to_string(kIndexFileVersion) + ")");
+  }
+  const std::uint32_t stored_header_crc = get_u32(header.data() + 36);
+  const std::uint32_t header_crc = crc32c(header.data(), 36);
+  if (stored_header_crc != header_crc) {
+    throw FormatError(where + "header checksum mismatch (stored " + hex32(stored_header_crc) +
+                      ", computed " + hex32(header_crc) + "): the header is corrupt");
+  }
+  if (get_u32(header.data() + 12) != kIndexFileHeaderBytes ||
+      get_u32(header.data() + 16) != kIndexFileRecordBytes) {
+    throw FormatError(where + "header/record sizes " + std::to_string(get_u32(header.data() + 12)) +
+                      "/" + std::to_string(get_u32(header.data() + 16)) + " differ from " +
+                      std::to_string(kIndexFileHeaderBytes) + "/" +
+                      std::to_string(kIndexFileRecordBytes) + " of version 1");
+  }
+  if (get_u32(header.data() + 20) != 0 || get_u32(header.data() + 32) != 0) {
+    throw FormatError(where + "unknown flags or reserved bits set in the header");
+  }
+  const std::uint64_t key_count = get_u64(header.data() + 24);
+  constexpr std::uint64_t kFixed = kIndexFileHeaderBytes + kIndexFileTrailerBytes;
+  const std::uint64_t max_count =
+      (std::numeric_limits<std::uint64_t>::max() - kFixed) / kIndexFileRecordBytes;
+  if (key_count > max_count) {
+    throw FormatError(where + "absurd key count " + std::to_string(key_count));
+  }
+  // The count must match the file's actual size before it is trusted for anything: this is what
+  // keeps a corrupt or hostile count from sizing an allocation.
+  const std::uint64_t expected = kFixed + key_count * kIndexFileRecordBytes;
+  if (file_bytes < expected) {
+    throw FormatError(where + "truncated: the header says " + std::to_string(key_count) +
+                      " keys (" + std::to_string(expected) + " bytes) but the file has " +
+                      std::to_string(file_bytes) + " bytes");
+  }
+  if (file_bytes > expected) {
+    throw FormatError(where + std::to_string(file_bytes - expected) +
+                      " unexpected bytes after the trailer (the header says " +
+                      std::to_string(key_count) + " keys, " + std::to_string(expected) + " bytes)");
+  }
+
+  begin(key_count);
+  IndexFileStats stats;
+  stats.format_version = version;
+  stats.key_count = key_count;
+  stats.file_bytes = file_bytes;
+  std::uint32_t crc = crc32c(header.data(), header.size());
+  constexpr std::size_t kChunk = 4096;  // records per read
+  std::vector<std::uint8_t> buffer(
+      static_cast<std::size_t>(std::min<std::uint64_t>(key_count, kChunk)) * kIndexFileRecordBytes);
+  std::vector<Record> records;
+  records.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(key_count, kChunk)));
+  Record previous;
+  // A bad record is reported only after the file CRC is known: if the CRC fails too, the record
+  // is just where the corruption showed first, and "checksum mismatch" is the accurate error.
+  std::string record_error;
+  for (std::uint64_t done = 0; done < key_count;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(key_count - done, kChunk));
+    if (!src.read(buffer.data(), n * kIndexFileRecordBytes)) {
+      throw FormatError(where + "truncated while reading record " + std::to_string(done));
+    }
+    crc = crc32c(buffer.data(), n * kIndexFileRecordBytes, crc);
+    records.clear();
+    for (std::size_t i = 0; i < n && record_error.empty(); ++i) {
+      const Record r = decode_record(buffer.data() + i * kIndexFileRecordBytes);
+      const std::string at = "record " + std::to_string(done + i) + ": ";
+      if (r.ns > kMaxNamespace) {
+        record_error = at + "namespace " + std::to_string(r.ns) + " exceeds the 24-bit limit " +
+                       std::to_string(kMaxNamespace);
+      } else if (r.group_id < 0 || r.group_id > kMaxIndexFileGroupId) {
+        record_error = at + "group id " + std::to_string(r.group_id) + " is outside [0, " +
+                       std::to_string(kMaxIndexFileGroupId) + "]";
+      } else if (done + i > 0 && !record_less(previous, r)) {
+        record_error = at +
+                       "records are not in strictly ascending order (duplicated or "
+                       "reordered key)";
+      } else {
+        previous = r;
+        ++stats.keys_per_namespace[r.ns];
+        ++stats.keys_per_group[{r.ns, r.group_id}];
+        records.push_back(r);
+      }
+    }
+    if (record_error.empty()) {
+      sink(records);
+    }
+    done += n;
+  }
+  std::array<std::uint8_t, kIndexFileTrailerBytes> trailer{};
+  if (!src.read(trailer.data(), trailer.size())) {
+    throw FormatError(where + "truncated while reading the trailer");
+  }
+  const std::uint32_t stored_crc = get_u32(trailer.data());
+  if (stored_crc != crc) {
+    throw FormatError(where + "checksum mismatch over header and records (stored " +
+                      hex32(stored_crc) + ", computed " + hex32(crc) + "): the file is corrupt");
+  }
+  if (!record_error.empty()) {
+    throw FormatError(where + record_error + " (the checksum matches: the writer was faulty)");
+  }
+  return stats;
+}
+
+/// Builds the fresh index, then swaps it in: `into` changes only after everything verified.
+IndexFileStats load_from(ByteSource& src, const std::string& origin, BlockIndex& into) {
+  std::optional<BlockIndex> fresh;
+  // Sized for the whole file up front (the count is already checked against the file size, so
+  // this allocation is proportional to bytes that exist), which saves the rehashes of growing.
+  const auto begin = [&](std::uint64_t key_count) {
+    BlockIndexOptions options = into.options();
+    const double wanted = static_cast<double>(key_count) / options.max_load_factor + 1.0;
+    std::size_t slots = wanted >= static_cast<double>(std::numeric_limits<std::size_t>::max() / 2)
+                            ? std::numeric_limits<std::size_t>::max() / 2
+                            : static_cast<std::size_t>(wanted);
+    if (options.max_capacity != 0) {
+      slots = std::min(slots, options.max_capacity);
+    }
+    options.initial_capacity = std::max(options.initial_capacity, slots);
+    fresh.emplace(options);
+  };
+  std::vector<std::int32_t> group_ids;
+  std::vector<BlockDigest> keys;
+  const IndexFileStats stats =
+      read_image(src, origin, begin, [&](const std::vector<Record>& records) {
+        // Records are sorted by namespace, so each namespace is one contiguous run.
+        for (std::size_t first = 0; first < records.size();) {
+          std::size_t end = first;
+          group_ids.clear();
+          keys.clear();
+          while (end < records.size() && records[end].ns == records[first].ns) {
+            group_ids.push_back(records[end].group_id);
+            keys.push_back(records[end].key);
+            ++end;
+          }
+          try {
+            fresh->insert(records[first].ns, span<const std::int32_t>(group_ids),
+                          span<const BlockDigest>(keys));
+          } catch (const InvalidArgument& e) {
+            throw FormatError("index file '" + origin +
+                              "': the index rejected a record: " + e.what());
+          } catch (const CapacityExceeded& e) {
+            throw CapacityExceeded("index file '" + origin +
+                                   "' does not fit the index: " + e.what());
+          }
+          first = end;
+        }
+      });
+  into = std::move(*fresh);
+  return stats;
+}
+
+// ---- writing -----------------------------------------------------------------------------------
+
+void write_all(int fd, const std::uint8_t* data, std::size_t size, const std::string& path) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t put = ::write(fd, data + done, size - done);
+    if (put < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      throw IoError(os_error("cannot write temporary index file", path, errno));
+    }
+    done += static_cast<std::size_t>(put);
+  }
+}
+
+std::string parent_dir(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) {
+    return ".";
+  }
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+/// Removes the temporary file unless the save reached the rename.
+struct TempFileGuard {
+  std::string path;
+  bool armed = true;
+  ~TempFileGuard() {
+    if (armed) {
+      ::unlink(path.c_str());
+    }
+  }
+};
+
+}  // namespace
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) noexcept {
+  const Crc32cTables& tab = crc_tables();
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  std::uint32_t c = ~crc;
+  while (size >= 8) {
+    const std::uint32_t lo = c ^ get_u32(p);
+    const std::uint32_t hi = get_u32(p + 4);
+    c = tab.t[7][lo & 0xFFU] ^ tab.t[6][(lo >> 8) & 0xFFU] ^ tab.t[5][(lo >> 16) & 0xFFU] ^
+        tab.t[4][lo >> 24] ^ tab.t[3][hi & 0xFFU] ^ tab.t[2][(hi >> 8) & 0xFFU] ^
+        tab.t[1][(hi >> 16) & 0xFFU] ^ tab.t[0][hi >> 24];
+    p += 8;
+    size -= 8;
+  }
+  while (size-- > 0) {
+    c = (c >> 8) ^ tab.t[0][(c ^ *p++) & 0xFFU];
+  }
+  return ~c;
+}
+
+std::vector<std::uint8_t> serialize_index(const BlockIndex& index) {
+  const std::vector<Record> records = snapshot(index);
+  std::vector<std::uint8_t> out(kIndexFileHeaderBytes + records.size() * kIndexFileRecordBytes +
+                                kIndexFileTrailerBytes);
+  const auto header = encode_header(records.size());
+  std::memcpy(out.data(), header.data(), header.size());
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    encode_record(records[i], out.data() + kIndexFileHeaderBytes + i * kIndexFileRecordBytes);
+  }
+  const std::size_t body = out.size() - kIndexFileTrailerBytes;
+  put_u32(out.data() + body, crc32c(out.data(), body));
+  return out;
+}
+
+IndexFileStats save_index(const BlockIndex& index, const std::string& path) {
+  if (path.empty()) {
+    throw IoError("save_index: empty path");
+  }
+  const std::vector<Record> records = snapshot(index);
+  const std::string dir = parent_dir(path);
+
+  // A unique name in the target's folder: rename is atomic only within one file system.
+  std::random_device rd;
+  TempFileGuard guard;
+  int raw = -1;
+  for (int attempt = 0; raw < 0; ++attempt) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof(suffix), ".tmp.%ld.%08x", static_cast<long>(::getpid()), rd());
+    guard.path = path + suffix;
+    raw = ::open(guard.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (raw < 0 && (errno != EEXIST || attempt >= 16)) {
+      guard.armed = false;  // nothing was created
+      throw IoError(os_error("cannot create temporary index file", guard.path, errno));
+    }
+  }
+  Fd fd(raw);
+
+  IndexFileStats stats;
+  stats.format_version = kIndexFileVersion;
+  stats.key_count = records.size();
+  const auto header = encode_header(records.size());
+  write_all(fd.get(), header.data(), header.size(), guard.path);
+  std::uint32_t crc = crc32c(header.data(), header.size());
+  constexpr std::size_t kChunk = 4096;
+  std::vector<std::uint8_t> buffer(kChunk * kIndexFileRecordBytes);
+  for (std::size_t done = 0; done < records.size();) {
+    const std::size_t n = std::min(kChunk, records.size() - done);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Record& r = records[done + i];
+      encode_record(r, buffer.data() + i * kIndexFileRecordBytes);
+      ++stats.keys_per_namespace[r.ns];
+      ++stats.keys_per_group[{r.ns, r.group_id}];
+    }
+    crc = crc32c(buffer.data(), n * kIndexFileRecordBytes, crc);
+    write_all(fd.get(), buffer.data(), n * kIndexFileRecordBytes, guard.path);
+    done += n;
+  }
+  std::array<std::uint8_t, kIndexFileTrailerBytes> trailer{};
+  put_u32(trailer.data(), crc);
+  write_all(fd.get(), trailer.data(), trailer.size(), guard.path);
+  stats.file_bytes =
+      kIndexFileHeaderBytes + records.size() * kIndexFileRecordBytes + kIndexFileTrailerBytes;
+
+  // The data must be on disk before the rename can make it visible under the real name;
+  // otherwise a crash could leave a renamed but empty or partial file.
+  if (::fsync(fd.get()) != 0) {
+    throw IoError(os_error("cannot fsync temporary index file", guard.path, errno));
+  }
+  if (fd.close() != 0) {
+    throw IoError(os_error("cannot close temporary index file", guard.path, errno));
+  }
+  if (::rename(guard.path.c_str(), path.c_str()) != 0) {
+    throw IoError(os_error("cannot rename temporary index file over", path, errno));
+  }
+  guard.armed = false;
+  // The rename lives in the folder's entries: fsync the folder so it survives a crash too.
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() < 0) {
+    throw IoError(os_error("saved, but cannot open the folder to fsync it", dir, errno));
+  }
+  if (::fsync(dir_fd.get()) != 0) {
+    throw IoError(os_error("saved, but cannot fsync the folder", dir, errno));
+  }
+  return stats;
+}
+
+IndexFileStats load_index(const std::string& path, BlockIndex& into) {
+  FileSource src(path);
+  return load_from(src, path, into);
+}
+
+IndexFileStats read_index_stats(const std::string& path) {
+  FileSource src(path);
+  return read_image(
+      src, path, [](std::uint64_t) {}, [](const std::vector<Record>&) {});
+}
+
+IndexFileStats load_index_from_memory(const std::uint8_t* data, std::size_t size, BlockIndex& into,
+                                      const std::string& origin) {
+  MemorySource src(data, size);
+  return load_from(src, origin, into);
+}
+
+IndexFileStats read_index_stats_from_memory(const std::uint8_t* data, std::size_t size,
+                                            const std::string& origin) {
+  MemorySource src(data, size);
+  return read_image(
+      src, origin, [](std::uint64_t) {}, [](const std::vector<Record>&) {});
+}
+
+}  // namespace prefixhit
