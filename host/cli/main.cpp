@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   prefixhit::cli::add_conformance_command(app);
   prefixhit::cli::add_bench_command(app);
   prefixhit::cli::add_demo_command(app);
+  prefixhit::cli::add_index_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
