@@ -157,7 +157,9 @@ bool is_cuda_array(nb::handle obj) {
       PyLong_Check(o) || o == Py_None) {
     return false;
   }
-  if (!nb::hasattr(obj, "__dlpack_device__")) {
+  // Buffer exporters (numpy, bytes, array.array) are host memory: skip the DLPack query, which
+  // costs a Python call per argument on the batch path.
+  if (PyObject_CheckBuffer(o) || !nb::hasattr(obj, "__dlpack_device__")) {
     return false;
   }
   nb::object device = obj.attr("__dlpack_device__")();
