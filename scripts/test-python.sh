@@ -8,7 +8,8 @@
 #   PREFIXHIT_VECTORS vectors folder (default: ../shared/conformance/vectors)
 #   PREFIXHIT_SEED    replay the random tests with this seed
 #   PREFIXHIT_PY_CUDA OFF to build the extension without the CUDA backend even where nvcc exists
-#   PYTEST_ARGS       extra pytest arguments (default: -q)
+#   PYTEST_ARGS       pytest arguments (default: -ra; the run ends with pytest's "=== N passed ===" line,
+#                     which scripts/run-tests.sh reads)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,4 +42,4 @@ echo "== import check"
 
 echo "== pytest tests/python"
 # shellcheck disable=SC2086
-"$PYTHON" -m pytest tests/python ${PYTEST_ARGS:--q}
+"$PYTHON" -m pytest tests/python ${PYTEST_ARGS:--ra}
