@@ -92,6 +92,13 @@ PyBatchResult host_batch(const Coordinator& c, nb::handle digests, nb::handle of
   batch.offsets = offs.view();
   batch.max_lengths = length_view;
   batch.apply_eagle = flags;
+  if (nb::isinstance<PyPlanAnswers>(store) && requests != 1) {
+    // A KeyPlan's answers index one request's hashes; spread over several requests they would
+    // answer the wrong keys.
+    throw InvalidArgument("PlanAnswers answer one request's key plan; a batch of " +
+                          std::to_string(requests) +
+                          " requests needs a KeySet, a BlockIndex or a set as its store");
+  }
   const ResolvedStore resolved(store, batch_namespace(ns), d);
   BatchOptions options;
   options.num_threads = num_threads;

@@ -166,8 +166,14 @@ def test_key_plan_answers_a_remote_store(seed: int) -> None:
                 c.find_longest_cache_hit(hashes, max_length, answers)
             continue
         assert c.find_longest_cache_hit(hashes, max_length, answers) == expected, (seed, config)
+        digests = np.frombuffer(b"".join(hashes), np.uint8).reshape(-1, 32)
+        batch = c.find_longest_cache_hits(digests, [0, 40], [max_length], answers)
+        assert batch[0] == expected, (seed, config)
     with pytest.raises(ValueError, match="belong to a key plan of 40 hashes"):
         c.find_longest_cache_hit(hashes[:10], 16, answers)
+    digests = np.frombuffer(b"".join(hashes), np.uint8).reshape(-1, 32)
+    with pytest.raises(ValueError, match="PlanAnswers answer one request's key plan"):
+        c.find_longest_cache_hits(digests, [0, 20, 40], [0, 0], answers)
 
 
 def test_key_set_operations() -> None:
