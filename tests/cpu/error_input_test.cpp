@@ -302,5 +302,39 @@ TEST(ErrorInput, BadIndexArgumentsAreTypedErrorsAndApplyNothing) {
                                 "max_capacity 5");
 }
 
+TEST(ErrorInput, AbsurdIndexCapacityIsAnErrorNotACrash) {
+  // 2^50 slots is past any address space: the allocation fails and must surface as
+  // CapacityExceeded. (Under ASan this needs allocator_may_return_null=1, which
+  // scripts/sanitizers.sh sets: that is the behaviour of the real allocator.)
+  BlockIndexOptions o;
+  o.initial_capacity = std::size_t{1} << 50;
+  expect_error<CapacityExceeded>([&] { BlockIndex{o}; }, "cannot allocate", "2^50 slots");
+}
+
+// Open findings of fuzz_vectors (fuzz/findings/README.md): absurd sizes overflow the max_length
+// check (UBSan) and make store_mask allocate terabytes (ASan). Enable with the fix.
+TEST(ErrorInput, DISABLED_AbsurdSizesAreErrorsNotUndefinedBehaviour) {
+  Config big;
+  big.hash_block_size = std::int64_t{1} << 62;
+  big.scheduler_block_size = big.hash_block_size;
+  big.groups = {GroupSpec::full_attention(big.hash_block_size)};
+  try {
+    const Coordinator co(big);
+    const std::vector<BlockDigest> one(1);
+    const KeySet store;
+    // Either the configuration is rejected, or the lookup runs without overflow.
+    EXPECT_EQ(co.find_longest_cache_hit(one, 5, store).hit_length, 0);
+  } catch (const InvalidConfig&) {
+  }
+  Config tiny;
+  tiny.hash_block_size = 1;
+  tiny.scheduler_block_size = 1;
+  tiny.retention_interval = 0;
+  tiny.groups = {GroupSpec::sliding_window_attention(1, 4)};
+  const Coordinator co(tiny);
+  expect_error<InvalidArgument>([&] { co.store_mask(std::int64_t{4} * 1000 * 1000 * 1000 * 1000); },
+                                "aligned_token_len", "a 4 TB store mask");
+}
+
 }  // namespace
 }  // namespace prefixhit
