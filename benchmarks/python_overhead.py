@@ -34,12 +34,30 @@ import prefixhit
 H, S = 16, 64
 HASHES_PER_REQUEST = 64
 GROUPS = [
-    {"kind": "full_attention", "block_size": 64, "num_kv_heads": 8, "head_size": 128,
-     "dtype": "bfloat16"},
-    {"kind": "sliding_window", "block_size": 16, "sliding_window": 32, "num_kv_heads": 8,
-     "head_size": 128, "dtype": "bfloat16"},
-    {"kind": "sliding_window", "block_size": 16, "sliding_window": 32, "num_kv_heads": 8,
-     "head_size": 128, "dtype": "bfloat16", "eagle": True},
+    {
+        "kind": "full_attention",
+        "block_size": 64,
+        "num_kv_heads": 8,
+        "head_size": 128,
+        "dtype": "bfloat16",
+    },
+    {
+        "kind": "sliding_window",
+        "block_size": 16,
+        "sliding_window": 32,
+        "num_kv_heads": 8,
+        "head_size": 128,
+        "dtype": "bfloat16",
+    },
+    {
+        "kind": "sliding_window",
+        "block_size": 16,
+        "sliding_window": 32,
+        "num_kv_heads": 8,
+        "head_size": 128,
+        "dtype": "bfloat16",
+        "eagle": True,
+    },
 ]
 
 
@@ -52,7 +70,9 @@ def chain(n: int, salt: int) -> list[bytes]:
     return out
 
 
-def workload(coord: prefixhit.Coordinator, requests: int, rng: np.random.Generator) -> dict[str, Any]:
+def workload(
+    coord: prefixhit.Coordinator, requests: int, rng: np.random.Generator
+) -> dict[str, Any]:
     """Requests over 16 distinct prompts; the store holds a saved prefix of each prompt (through
     the store mask), so hits vary from nothing to the whole prompt."""
     prompts = [chain(HASHES_PER_REQUEST, salt) for salt in range(16)]
@@ -70,8 +90,13 @@ def workload(coord: prefixhit.Coordinator, requests: int, rng: np.random.Generat
     digests = np.frombuffer(b"".join(b"".join(h) for h in lists), dtype=np.uint8).reshape(-1, 32)
     offsets = np.arange(requests + 1, dtype=np.int64) * HASHES_PER_REQUEST
     max_lengths = np.full(requests, HASHES_PER_REQUEST * H - 1, dtype=np.int64)
-    return {"lists": lists, "digests": digests, "offsets": offsets, "max_lengths": max_lengths,
-            "pairs": pairs}
+    return {
+        "lists": lists,
+        "digests": digests,
+        "offsets": offsets,
+        "max_lengths": max_lengths,
+        "pairs": pairs,
+    }
 
 
 def best_time(fn: Callable[[], object], repeats: int, min_seconds: float = 0.05) -> float:
@@ -95,56 +120,68 @@ def best_time(fn: Callable[[], object], repeats: int, min_seconds: float = 0.05)
     return min(samples)
 
 
+def measure(
+    coord: prefixhit.Coordinator, requests: int, rng: np.random.Generator, repeats: int, gpu: bool
+) -> dict[str, Any]:
+    """Every timing for one batch size, in microseconds per request."""
+    w = workload(coord, requests, rng)
+    key_set = prefixhit.KeySet(w["pairs"])
+    index = prefixhit.BlockIndex()
+    for gid, key in w["pairs"]:
+        index.insert(gid, [key])
+    zero = np.zeros(requests, dtype=np.int64)
+    args = (w["digests"], w["offsets"], w["max_lengths"])
+    lengths = w["max_lengths"].tolist()
+
+    def loop(store: Any) -> Callable[[], None]:
+        def body() -> None:
+            for hashes, length in zip(w["lists"], lengths):
+                coord.find_longest_cache_hit(hashes, length, store)
+
+        return body
+
+    # Same answers everywhere, or the timings would compare different work.
+    batch = coord.find_longest_cache_hits(*args, key_set)
+    for r in range(requests):
+        assert batch[r] == coord.find_longest_cache_hit(w["lists"][r], lengths[r], w["pairs"]), r
+
+    timings = {
+        "loop/set": best_time(loop(w["pairs"]), repeats),
+        "loop/KeySet": best_time(loop(key_set), repeats),
+        "batch/KeySet": best_time(
+            lambda: coord.find_longest_cache_hits(*args, key_set, num_threads=1), repeats
+        ),
+        "batch/empty": best_time(
+            lambda: coord.find_longest_cache_hits(
+                w["digests"], w["offsets"], zero, key_set, num_threads=1
+            ),
+            repeats,
+        ),
+        "batch/threads": best_time(lambda: coord.find_longest_cache_hits(*args, key_set), repeats),
+        "batch/BlockIndex": best_time(
+            lambda: coord.find_longest_cache_hits(*args, index, num_threads=1), repeats
+        ),
+        "batch/set": best_time(lambda: coord.find_longest_cache_hits(*args, w["pairs"]), repeats),
+    }
+    if gpu:
+        cuda_index = prefixhit.BlockIndex("cuda")
+        for gid, key in w["pairs"]:
+            cuda_index.insert(gid, [key])
+        timings["batch/cuda-index"] = best_time(
+            lambda: coord.find_longest_cache_hits(*args, cuda_index), repeats
+        )
+    return {
+        "requests": requests,
+        "us": {k: v * 1e6 / requests for k, v in timings.items()},
+        "mean_hit": float(batch.hit_lengths.mean()),
+    }
+
+
 def run(repeats: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
     coord = prefixhit.Coordinator(GROUPS, S, H, use_eagle=True)
     rng = np.random.default_rng(1234)
     gpu = bool(prefixhit.build_info()["gpu_available"])
-    rows = []
-    for requests in (1, 64, 1024):
-        w = workload(coord, requests, rng)
-        key_set = prefixhit.KeySet(w["pairs"])
-        index = prefixhit.BlockIndex()
-        for gid, key in w["pairs"]:
-            index.insert(gid, [key])
-        zero = np.zeros(requests, dtype=np.int64)
-        args = (w["digests"], w["offsets"], w["max_lengths"])
-
-        def loop(store: Any) -> Callable[[], None]:
-            def body() -> None:
-                for hashes, length in zip(w["lists"], w["max_lengths"].tolist()):
-                    coord.find_longest_cache_hit(hashes, length, store)
-            return body
-
-        # Same answers everywhere, or the timings compare different work.
-        batch = coord.find_longest_cache_hits(*args, key_set)
-        for r in range(requests):
-            assert batch[r] == coord.find_longest_cache_hit(
-                w["lists"][r], int(w["max_lengths"][r]), w["pairs"]), r
-
-        timings = {
-            "loop/set": best_time(loop(w["pairs"]), repeats),
-            "loop/KeySet": best_time(loop(key_set), repeats),
-            "batch/KeySet": best_time(
-                lambda: coord.find_longest_cache_hits(*args, key_set, num_threads=1), repeats),
-            "batch/empty": best_time(
-                lambda: coord.find_longest_cache_hits(w["digests"], w["offsets"], zero, key_set,
-                                                      num_threads=1), repeats),
-            "batch/threads": best_time(
-                lambda: coord.find_longest_cache_hits(*args, key_set), repeats),
-            "batch/BlockIndex": best_time(
-                lambda: coord.find_longest_cache_hits(*args, index, num_threads=1), repeats),
-            "batch/set": best_time(lambda: coord.find_longest_cache_hits(*args, w["pairs"]),
-                                   repeats),
-        }
-        if gpu:
-            cuda_index = prefixhit.BlockIndex("cuda")
-            for gid, key in w["pairs"]:
-                cuda_index.insert(gid, [key])
-            timings["batch/cuda-index"] = best_time(
-                lambda: coord.find_longest_cache_hits(*args, cuda_index), repeats)
-        rows.append({"requests": requests,
-                     "us": {k: v * 1e6 / requests for k, v in timings.items()},
-                     "mean_hit": float(batch.hit_lengths.mean())})
+    rows = [measure(coord, requests, rng, repeats, gpu) for requests in (1, 64, 1024)]
     info = {
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -158,8 +195,10 @@ def render(rows: list[dict[str, Any]], info: dict[str, str], markdown: bool) -> 
     columns = list(rows[0]["us"])
     lines = []
     if markdown:
-        lines.append("| requests | " + " | ".join(columns) + " | loop/set ÷ batch/KeySet "
-                     "| loop/KeySet ÷ batch/KeySet |")
+        lines.append(
+            "| requests | " + " | ".join(columns) + " | loop/set ÷ batch/KeySet "
+            "| loop/KeySet ÷ batch/KeySet |"
+        )
         lines.append("|---:|" + "---:|" * (len(columns) + 2))
     for row in rows:
         us = row["us"]
@@ -167,16 +206,23 @@ def render(rows: list[dict[str, Any]], info: dict[str, str], markdown: bool) -> 
         ratio_set = us["loop/set"] / us["batch/KeySet"]
         ratio_ks = us["loop/KeySet"] / us["batch/KeySet"]
         if markdown:
-            lines.append(f"| {row['requests']} | " + " | ".join(cells) +
-                         f" | {ratio_set:.1f}x | {ratio_ks:.1f}x |")
+            lines.append(
+                f"| {row['requests']} | "
+                + " | ".join(cells)
+                + f" | {ratio_set:.1f}x | {ratio_ks:.1f}x |"
+            )
         else:
-            lines.append(f"R={row['requests']:5d}  " + "  ".join(
-                f"{c}={v}" for c, v in zip(columns, cells)) +
-                f"  loop/set÷batch={ratio_set:.1f}x  loop/KeySet÷batch={ratio_ks:.1f}x"
-                f"  (mean hit {row['mean_hit']:.0f} tokens)")
+            lines.append(
+                f"R={row['requests']:5d}  "
+                + "  ".join(f"{c}={v}" for c, v in zip(columns, cells))
+                + f"  loop/set÷batch={ratio_set:.1f}x  loop/KeySet÷batch={ratio_ks:.1f}x"
+                f"  (mean hit {row['mean_hit']:.0f} tokens)"
+            )
     lines.append("")
-    lines.append("microseconds per request, best of the repeats; " +
-                 ", ".join(f"{k} {v}" for k, v in info.items()))
+    lines.append(
+        "microseconds per request, best of the repeats; "
+        + ", ".join(f"{k} {v}" for k, v in info.items())
+    )
     return "\n".join(lines)
 
 
@@ -189,10 +235,14 @@ def main() -> None:
     print(render(rows, info, args.markdown))
     # A quick summary of the binding's own cost: the zero-work batch per request.
     overhead = {row["requests"]: row["us"]["batch/empty"] for row in rows}
-    print("binding overhead per request (batch/empty): " +
-          ", ".join(f"R={r}: {v:.2f} us" for r, v in overhead.items()))
-    print("median loop/set ÷ batch/KeySet: "
-          f"{statistics.median(r['us']['loop/set'] / r['us']['batch/KeySet'] for r in rows):.1f}x")
+    print(
+        "binding overhead per request (batch/empty): "
+        + ", ".join(f"R={r}: {v:.2f} us" for r, v in overhead.items())
+    )
+    print(
+        "median loop/set ÷ batch/KeySet: "
+        f"{statistics.median(r['us']['loop/set'] / r['us']['batch/KeySet'] for r in rows):.1f}x"
+    )
 
 
 if __name__ == "__main__":

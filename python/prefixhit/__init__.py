@@ -21,6 +21,16 @@ runs many requests in one call on numpy arrays.
 from __future__ import annotations
 
 from . import errors
+from ._core import (
+    BatchLookupResult,
+    BlockIndex,
+    Coordinator,
+    GroupSpec,
+    KeyPlan,
+    KeySet,
+    PlanAnswers,
+    build_info,
+)
 from ._types import SpecGroup
 from .errors import (
     BackendUnavailableError,
@@ -36,16 +46,6 @@ from .errors import (
     UnsupportedAlignmentSlidingWindowError,
     UnsupportedEagleChunkedLocalError,
     UnsupportedLookupError,
-)
-from ._core import (
-    BatchLookupResult,
-    BlockIndex,
-    Coordinator,
-    GroupSpec,
-    KeyPlan,
-    KeySet,
-    PlanAnswers,
-    build_info,
 )
 
 __version__ = "0.1.0"

@@ -5,7 +5,6 @@ below. tests/python/test_packaging.py checks that every public name of the modul
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Union
 
 import numpy
 
@@ -14,18 +13,9 @@ from ._types import SpecGroup
 #: A request's 32-byte digests: a sequence of bytes-like objects, a uint8 [n, 32] array (numpy,
 #: or a CUDA tensor for the batch API), a numpy "S32" array, or (batch and index calls) one
 #: bytes-like object of n * 32 bytes.
-Digests = Union[Sequence[bytes], numpy.ndarray, bytes, bytearray, memoryview]
+Digests = Sequence[bytes] | numpy.ndarray | bytes | bytearray | memoryview
 #: A 1-D integer array or a sequence of ints.
-IntArray = Union[Sequence[int], numpy.ndarray]
-#: What a lookup reads the store from.
-Store = Union[
-    set[tuple[int, bytes]],
-    frozenset[tuple[int, bytes]],
-    Iterable[tuple[int, bytes]],
-    "KeySet",
-    "BlockIndex",
-    "PlanAnswers",
-]
+IntArray = Sequence[int] | numpy.ndarray
 
 class GroupSpec:
     """
@@ -34,7 +24,20 @@ class GroupSpec:
     Every field except ``eagle`` takes part in spec equality: groups whose specs are equal merge into one spec group. ``kind`` is one of 'full_attention', 'mla_attention', 'sliding_window', 'sliding_window_mla', 'chunked_local', 'mamba'.
     """
 
-    def __init__(self, kind: str, block_size: int, eagle: bool = False, *, num_kv_heads: int = 0, head_size: int = 0, dtype: object = '', sliding_window: int | None = None, attention_chunk_size: int | None = None, mamba_cache_mode: str = 'none', state_dim: int = 0) -> None:
+    def __init__(
+        self,
+        kind: str,
+        block_size: int,
+        eagle: bool = False,
+        *,
+        num_kv_heads: int = 0,
+        head_size: int = 0,
+        dtype: object = "",
+        sliding_window: int | None = None,
+        attention_chunk_size: int | None = None,
+        mamba_cache_mode: str = "none",
+        state_dim: int = 0,
+    ) -> None:
         """
         Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError.
         """
@@ -48,48 +51,35 @@ class GroupSpec:
 
     @property
     def kind(self) -> str: ...
-
     @property
     def block_size(self) -> int: ...
-
     @property
     def eagle(self) -> bool:
         """The group holds EAGLE/MTP draft layers."""
 
     @property
     def num_kv_heads(self) -> int: ...
-
     @property
     def head_size(self) -> int: ...
-
     @property
     def dtype(self) -> str: ...
-
     @property
     def sliding_window(self) -> int | None: ...
-
     @property
     def attention_chunk_size(self) -> int | None: ...
-
     @property
     def mamba_cache_mode(self) -> str: ...
-
     @property
     def state_dim(self) -> int: ...
-
     def same_spec(self, other: GroupSpec) -> bool:
         """
         Spec equality: every field but ``eagle``, the kind included (the merge rule).
         """
 
     def __eq__(self, other: object) -> bool: ...
-
     def __hash__(self) -> int: ...
-
     def __repr__(self) -> str: ...
-
     def __getstate__(self) -> dict[str, object]: ...
-
     def __setstate__(self, arg: dict[str, object], /) -> None: ...
 
 class KeySet:
@@ -98,7 +88,6 @@ class KeySet:
     """
 
     def __init__(self, entries: Iterable[tuple[int, bytes]] | None = None) -> None: ...
-
     def add(self, group_id: int, key: bytes) -> bool:
         """Adds one pair; returns False if it was already present."""
 
@@ -111,9 +100,7 @@ class KeySet:
         """
 
     def __contains__(self, pair: object) -> bool: ...
-
     def __len__(self) -> int: ...
-
     def clear(self) -> None:
         """Removes every pair."""
 
@@ -135,7 +122,6 @@ class KeyPlan:
         """Number of hashes of the request the plan was made for."""
 
     def __len__(self) -> int: ...
-
     @property
     def group_ids(self) -> numpy.ndarray:
         """int32 [k]: group id per entry."""
@@ -165,23 +151,51 @@ class BlockIndex:
     device='cpu' is the host index. device='cuda' is the GPU-resident index; it needs a CUDA build with the device index and raises BackendUnavailableError otherwise.
     """
 
-    def __init__(self, device: str = 'cpu', *, initial_capacity: int = 65536, max_load_factor: float = 0.8, max_capacity: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        device: str = "cpu",
+        *,
+        initial_capacity: int = 65536,
+        max_load_factor: float = 0.8,
+        max_capacity: int = 0,
+        seed: int = 0,
+    ) -> None:
         """
         device: 'cpu' (host memory) or 'cuda' (the current CUDA device). initial_capacity: slots reserved up front. max_load_factor: grow past this load. max_capacity: 0 for unbounded, else inserts that would not fit raise CapacityExceededError and insert nothing. seed: 0 draws a random hash seed.
         """
 
     @property
     def device(self) -> str: ...
-
-    def insert(self, group_ids: int | IntArray, keys: Digests, *, namespace: int = 0, stream: int | None = None) -> int:
+    def insert(
+        self,
+        group_ids: int | IntArray,
+        keys: Digests,
+        *,
+        namespace: int = 0,
+        stream: int | None = None,
+    ) -> int:
         """
         Inserts keys ([n, 32] uint8 array, bytes of n*32, or a list of bytes) for one group id or one id per key. Returns how many were new.
         """
 
-    def erase(self, group_ids: int | IntArray, keys: Digests, *, namespace: int = 0, stream: int | None = None) -> int:
+    def erase(
+        self,
+        group_ids: int | IntArray,
+        keys: Digests,
+        *,
+        namespace: int = 0,
+        stream: int | None = None,
+    ) -> int:
         """Erases keys (absent ones are ignored). Returns how many were removed."""
 
-    def contains(self, group_ids: int | IntArray, keys: Digests, *, namespace: int = 0, stream: int | None = None) -> numpy.ndarray:
+    def contains(
+        self,
+        group_ids: int | IntArray,
+        keys: Digests,
+        *,
+        namespace: int = 0,
+        stream: int | None = None,
+    ) -> numpy.ndarray:
         """A bool array: whether each (group_id, key) is present."""
 
     def __contains__(self, pair: object) -> bool:
@@ -206,7 +220,14 @@ class Coordinator:
     Construction merges equal group specs into spec groups, sorts full attention first, spreads the EAGLE flag and validates the block sizes (InvalidConfigError). A Coordinator is immutable and safe to share between threads.
     """
 
-    def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, retention_interval: int | None = None) -> None:
+    def __init__(
+        self,
+        groups: Sequence[GroupSpec | Mapping[str, object]],
+        scheduler_block_size: int,
+        hash_block_size: int,
+        use_eagle: bool = False,
+        retention_interval: int | None = None,
+    ) -> None:
         """
         groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like the vectors' group objects (kind, block_size, eagle, sliding_window, attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).
         scheduler_block_size: S, a common multiple of every block size.
@@ -227,16 +248,12 @@ class Coordinator:
 
     @property
     def hash_block_size(self) -> int: ...
-
     @property
     def scheduler_block_size(self) -> int: ...
-
     @property
     def use_eagle(self) -> bool: ...
-
     @property
     def retention_interval(self) -> int | None: ...
-
     @property
     def groups(self) -> list[GroupSpec]:
         """The group specs, indexed by group id."""
@@ -269,7 +286,15 @@ class Coordinator:
         The store keys of a group with `block_size` (SEMANTICS.md 1.2): the last hash of each whole block.
         """
 
-    def find_longest_cache_hit(self, block_hashes: Digests, max_length: int, store: Store, *, apply_eagle: bool = True, namespace: int = 0) -> tuple[list[list[bool]], int]:
+    def find_longest_cache_hit(
+        self,
+        block_hashes: Digests,
+        max_length: int,
+        store: Store,
+        *,
+        apply_eagle: bool = True,
+        namespace: int = 0,
+    ) -> tuple[list[list[bool]], int]:
         """
         The longest prefix of the request present in `store` (SEMANTICS.md 5).
 
@@ -286,7 +311,9 @@ class Coordinator:
         Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup against a store holding every key, without the EAGLE drop. Only the number of hashes matters, so an int count is accepted too.
         """
 
-    def store_mask(self, aligned_token_len: int, start_token: int = 0, num_prompt_tokens: int | None = None) -> list[list[bool] | None]:
+    def store_mask(
+        self, aligned_token_len: int, start_token: int = 0, num_prompt_tokens: int | None = None
+    ) -> list[list[bool] | None]:
         """
         Which chunks of each group a save of tokens [start_token, aligned_token_len) writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError unless aligned_token_len is a multiple of lookup_alignment.
         """
@@ -302,8 +329,18 @@ class Coordinator:
         """
 
     def __repr__(self) -> str: ...
-
-    def find_longest_cache_hits(self, digests: Digests, offsets: IntArray, max_lengths: int | IntArray, store: Store, *, apply_eagle: bool | Sequence[bool] | numpy.ndarray | None = None, namespace: int = 0, stream: int | None = None, num_threads: int = 0) -> BatchLookupResult:
+    def find_longest_cache_hits(
+        self,
+        digests: Digests,
+        offsets: IntArray,
+        max_lengths: int | IntArray,
+        store: Store,
+        *,
+        apply_eagle: bool | Sequence[bool] | numpy.ndarray | None = None,
+        namespace: int = 0,
+        stream: int | None = None,
+        num_threads: int = 0,
+    ) -> BatchLookupResult:
         """
         Many lookups in one call; each request's answer equals find_longest_cache_hit's.
 
@@ -325,10 +362,8 @@ class BatchLookupResult:
 
     @property
     def num_requests(self) -> int: ...
-
     @property
     def num_groups(self) -> int: ...
-
     @property
     def hit_lengths(self) -> numpy.ndarray:
         """int64 [R]: hit length per request."""
@@ -347,7 +382,6 @@ class BatchLookupResult:
         """Request r's masks, as find_longest_cache_hit returns them."""
 
     def __len__(self) -> int: ...
-
     def __getitem__(self, r: int) -> tuple[list[list[bool]], int]:
         """(masks, hit_length) of request r, equal to the one-by-one call."""
 
@@ -357,3 +391,13 @@ def build_info() -> dict[str, object]:
     """
     What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work) and 'device' (the device, or why there is none).
     """
+
+#: What a lookup reads the store from.
+Store = (
+    set[tuple[int, bytes]]
+    | frozenset[tuple[int, bytes]]
+    | Iterable[tuple[int, bytes]]
+    | KeySet
+    | BlockIndex
+    | PlanAnswers
+)

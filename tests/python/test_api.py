@@ -9,27 +9,47 @@ import numpy as np
 import pytest
 
 import prefixhit
+
 from helpers import hash_chain, random_config, save
 
-FA64 = {"kind": "full_attention", "block_size": 64, "num_kv_heads": 8, "head_size": 128,
-        "dtype": "bfloat16"}
-SWA16 = {"kind": "sliding_window", "block_size": 16, "sliding_window": 32, "num_kv_heads": 8,
-         "head_size": 128, "dtype": "bfloat16"}
+FA64 = {
+    "kind": "full_attention",
+    "block_size": 64,
+    "num_kv_heads": 8,
+    "head_size": 128,
+    "dtype": "bfloat16",
+}
+SWA16 = {
+    "kind": "sliding_window",
+    "block_size": 16,
+    "sliding_window": 32,
+    "num_kv_heads": 8,
+    "head_size": 128,
+    "dtype": "bfloat16",
+}
 
 
 def three_groups(**kwargs: object) -> prefixhit.Coordinator:
-    return prefixhit.Coordinator([FA64, SWA16, dict(SWA16, eagle=True)], 64, 16, use_eagle=True,
-                                 **kwargs)
+    return prefixhit.Coordinator(
+        [FA64, SWA16, dict(SWA16, eagle=True)], 64, 16, use_eagle=True, **kwargs
+    )
 
 
 def test_dicts_and_group_specs_build_the_same_coordinator() -> None:
     specs = [
-        prefixhit.GroupSpec("full_attention", 64, num_kv_heads=8, head_size=128,
-                            dtype="bfloat16"),
-        prefixhit.GroupSpec("sliding_window", 16, sliding_window=32, num_kv_heads=8,
-                            head_size=128, dtype="bfloat16"),
-        prefixhit.GroupSpec("sliding_window", 16, True, sliding_window=32, num_kv_heads=8,
-                            head_size=128, dtype="bfloat16"),
+        prefixhit.GroupSpec("full_attention", 64, num_kv_heads=8, head_size=128, dtype="bfloat16"),
+        prefixhit.GroupSpec(
+            "sliding_window", 16, sliding_window=32, num_kv_heads=8, head_size=128, dtype="bfloat16"
+        ),
+        prefixhit.GroupSpec(
+            "sliding_window",
+            16,
+            True,
+            sliding_window=32,
+            num_kv_heads=8,
+            head_size=128,
+            dtype="bfloat16",
+        ),
     ]
     a = three_groups()
     b = prefixhit.Coordinator(specs, scheduler_block_size=64, hash_block_size=16, use_eagle=True)
@@ -64,14 +84,21 @@ def test_spec_groups_compare_with_tuples_and_lists() -> None:
 def test_partial_hash_hits_change_the_alignment() -> None:
     c = prefixhit.Coordinator(
         [FA64, {"kind": "mamba", "block_size": 64, "mamba_cache_mode": "align", "state_dim": 16}],
-        64, 16)
+        64,
+        16,
+    )
     assert c.enable_partial_hash_hits and c.lookup_alignment == 16
 
 
 def test_from_config_matches_the_constructor() -> None:
-    config = {"hash_block_size": 16, "scheduler_block_size": 64, "use_eagle": True,
-              "retention_interval": None, "enable_partial_hash_hits": False,
-              "groups": [FA64, SWA16, dict(SWA16, eagle=True)]}
+    config = {
+        "hash_block_size": 16,
+        "scheduler_block_size": 64,
+        "use_eagle": True,
+        "retention_interval": None,
+        "enable_partial_hash_hits": False,
+        "groups": [FA64, SWA16, dict(SWA16, eagle=True)],
+    }
     assert prefixhit.Coordinator.from_config(config).spec_groups == three_groups().spec_groups
     with pytest.raises(prefixhit.InvalidConfigError, match="unknown config field"):
         prefixhit.Coordinator.from_config(dict(config, colour="red"))
@@ -130,8 +157,7 @@ def test_store_types_agree(seed: int) -> None:
     assert c.find_longest_cache_hit(hashes, 255, index, namespace=4)[1] == 0
     as_array = np.frombuffer(b"".join(hashes), dtype=np.uint8).reshape(-1, 32)
     assert c.find_longest_cache_hit(as_array, 255, pairs) == expected
-    assert c.find_longest_cache_hit(as_array.view("S32").ravel(), 255,
-                                    pairs) == expected
+    assert c.find_longest_cache_hit(as_array.view("S32").ravel(), 255, pairs) == expected
 
 
 def test_store_errors_propagate() -> None:
@@ -201,7 +227,9 @@ def test_error_classes() -> None:
     assert "scheduler_block_size (48)" in str(config_error.value)
     local = prefixhit.Coordinator(
         [{"kind": "chunked_local", "block_size": 16, "attention_chunk_size": 64, "eagle": True}],
-        16, 16)
+        16,
+        16,
+    )
     with pytest.raises(prefixhit.UnsupportedEagleChunkedLocalError) as finder_error:
         local.find_longest_cache_hit(hash_chain(4), 64, set())
     assert isinstance(finder_error.value, prefixhit.UnsupportedLookupError)

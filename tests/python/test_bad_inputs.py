@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import prefixhit
+
 from helpers import hash_chain
 
 FA = {"kind": "full_attention", "block_size": 16}
@@ -35,7 +36,9 @@ def test_digest_of_the_wrong_length(coord: prefixhit.Coordinator) -> None:
 
 def test_wrong_types(coord: prefixhit.Coordinator) -> None:
     hashes = hash_chain(2)
-    with pytest.raises(TypeError, match=r"block_hashes\[0\] must be a 32-byte bytes object, got str"):
+    with pytest.raises(
+        TypeError, match=r"block_hashes\[0\] must be a 32-byte bytes object, got str"
+    ):
         coord.find_longest_cache_hit(["00" * 32], 16, set())
     with pytest.raises(TypeError, match="single bytes"):
         coord.find_longest_cache_hit(hashes[0], 16, set())
@@ -54,8 +57,9 @@ def test_wrong_types(coord: prefixhit.Coordinator) -> None:
     with pytest.raises(TypeError, match="must hold uint8 digests"):
         coord.find_longest_cache_hit(np.zeros((2, 32), np.float32), 16, set())
     with pytest.raises(TypeError, match="must hold integers"):
-        coord.find_longest_cache_hits(np.zeros((2, 32), np.uint8), np.array([0.0, 2.0]), [16],
-                                      set())
+        coord.find_longest_cache_hits(
+            np.zeros((2, 32), np.uint8), np.array([0.0, 2.0]), [16], set()
+        )
     with pytest.raises(TypeError, match="token_len must be an int"):
         coord.load_mask(hashes, None)
     with pytest.raises(TypeError, match="num_prompt_tokens must be an int"):

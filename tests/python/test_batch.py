@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 
 import prefixhit
+
 from helpers import coordinator, random_config, random_requests
 
 
 def one_by_one(
-    coord: prefixhit.Coordinator, requests: list[list[bytes]], lengths: list[int],
-    store: Any, flags: list[bool],
+    coord: prefixhit.Coordinator,
+    requests: list[list[bytes]],
+    lengths: list[int],
+    store: Any,
+    flags: list[bool],
 ) -> list[Any]:
     """Each request's (masks, hit_length), or the error kind it raised."""
     out: list[Any] = []
@@ -68,14 +72,24 @@ def test_batch_equals_one_by_one(seed: int, store_kind: str) -> None:
             # The batch reports the first failing request, with its error kind.
             with pytest.raises(prefixhit.PrefixhitError) as info:
                 coord.find_longest_cache_hits(
-                    digests, offsets, np.array(lengths), store,
-                    apply_eagle=np.array(flags), namespace=namespace)
+                    digests,
+                    offsets,
+                    np.array(lengths),
+                    store,
+                    apply_eagle=np.array(flags),
+                    namespace=namespace,
+                )
             assert info.value.kind == expected[failing[0]], where
             assert str(info.value).startswith(f"request {failing[0]}:"), where
             continue
         result = coord.find_longest_cache_hits(
-            digests, offsets, np.array(lengths), store, apply_eagle=np.array(flags),
-            namespace=namespace)
+            digests,
+            offsets,
+            np.array(lengths),
+            store,
+            apply_eagle=np.array(flags),
+            namespace=namespace,
+        )
         assert len(result) == len(requests)
         assert result.num_groups == coord.num_groups
         assert result.hit_lengths.tolist() == [e[1] for e in expected], where
@@ -104,8 +118,9 @@ def test_input_spellings_agree(seed: int) -> None:
         "strided digests": (np.repeat(digests, 2, axis=0)[::2], offsets),
     }
     for name, (d, o) in spellings.items():
-        result = coord.find_longest_cache_hits(d, o, np.array(lengths, dtype=np.int32),
-                                               prefixhit.KeySet(pairs), num_threads=2)
+        result = coord.find_longest_cache_hits(
+            d, o, np.array(lengths, dtype=np.int32), prefixhit.KeySet(pairs), num_threads=2
+        )
         assert result.hit_lengths.tolist() == reference.hit_lengths.tolist(), (seed, name)
         np.testing.assert_array_equal(result.num_blocks, reference.num_blocks)
         np.testing.assert_array_equal(result.num_placeholders, reference.num_placeholders)
@@ -113,13 +128,16 @@ def test_input_spellings_agree(seed: int) -> None:
 
 def test_scalar_max_length_and_apply_eagle_flags() -> None:
     coord = prefixhit.Coordinator(
-        [{"kind": "full_attention", "block_size": 16, "eagle": True}], 16, 16, use_eagle=True)
+        [{"kind": "full_attention", "block_size": 16, "eagle": True}], 16, 16, use_eagle=True
+    )
     hashes = [bytes([i]) * 32 for i in range(4)]
     store = {(0, h) for h in hashes}
     digests = np.frombuffer(b"".join(hashes * 2), dtype=np.uint8).reshape(-1, 32)
     offsets = np.array([0, 4, 8])
     assert coord.find_longest_cache_hits(digests, offsets, 64, store).hit_lengths.tolist() == [
-        48, 48]
+        48,
+        48,
+    ]
     no_drop = coord.find_longest_cache_hits(digests, offsets, 64, store, apply_eagle=False)
     assert no_drop.hit_lengths.tolist() == [64, 64]
     mixed = coord.find_longest_cache_hits(digests, offsets, 64, store, apply_eagle=[True, False])

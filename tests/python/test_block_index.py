@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import prefixhit
+
 from conftest import gpu_available
 from helpers import hash_chain
 
@@ -39,8 +40,9 @@ def test_per_key_group_ids_and_spellings(seed: int) -> None:
     keys = keys_array(64, seed)
     groups = np.array([rng.randrange(32) for _ in range(64)], dtype=np.int32)
     index = prefixhit.BlockIndex()
-    assert index.insert(groups, keys, namespace=9) == len({(int(g), k.tobytes())
-                                                           for g, k in zip(groups, keys)})
+    assert index.insert(groups, keys, namespace=9) == len(
+        {(int(g), k.tobytes()) for g, k in zip(groups, keys)}
+    )
     as_list = [bytes(k) for k in keys]
     assert index.contains(groups.tolist(), as_list, namespace=9).all()
     assert index.contains(groups.astype(np.int64), keys.tobytes(), namespace=9).all()
@@ -96,11 +98,13 @@ def test_concurrent_readers_and_writers() -> None:
     def writer() -> None:
         try:
             for i in range(2000, 4000, 100):
-                index.insert(1, keys[i:i + 100])
+                index.insert(1, keys[i : i + 100])
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=writer)]
+    threads = [threading.Thread(target=reader) for _ in range(3)] + [
+        threading.Thread(target=writer)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import prefixhit
+
 from conftest import gpu_available, requires_gpu
 from helpers import coordinator, random_config, random_requests
 from test_batch import flatten, one_by_one
@@ -63,10 +64,12 @@ def test_device_index_matches_cpu_index(seed: int) -> None:
     assert len(gpu) == len(cpu)
     probe = np.concatenate([keys[:2500], rng.integers(0, 256, size=(500, 32), dtype=np.uint8)])
     pgroups = np.concatenate([groups[:2500], rng.integers(0, 8, size=500, dtype=np.int32)])
-    np.testing.assert_array_equal(gpu.contains(pgroups, probe, namespace=1),
-                                  cpu.contains(pgroups, probe, namespace=1))
+    np.testing.assert_array_equal(
+        gpu.contains(pgroups, probe, namespace=1), cpu.contains(pgroups, probe, namespace=1)
+    )
     assert gpu.erase(groups[:100], keys[:100], namespace=1) == cpu.erase(
-        groups[:100], keys[:100], namespace=1)
+        groups[:100], keys[:100], namespace=1
+    )
     assert len(gpu) == len(cpu)
 
 
@@ -82,14 +85,16 @@ def test_batch_against_device_index_equals_cpu(seed: int) -> None:
             continue
         digests, offsets = flatten(requests)
         index = device_index(pairs)
-        result = coord.find_longest_cache_hits(digests, offsets, np.array(lengths), index,
-                                               namespace=2)
+        result = coord.find_longest_cache_hits(
+            digests, offsets, np.array(lengths), index, namespace=2
+        )
         assert result.hit_lengths.tolist() == [e[1] for e in expected], seed
         for r, e in enumerate(expected):
             assert result[r] == e, (seed, r)
         # A single lookup against the device index goes through the GPU engine too.
-        assert coord.find_longest_cache_hit(requests[0], lengths[0], index, namespace=2) == \
-            expected[0]
+        assert (
+            coord.find_longest_cache_hit(requests[0], lengths[0], index, namespace=2) == expected[0]
+        )
         done += 1
 
 
@@ -112,8 +117,9 @@ def test_torch_cuda_tensors_on_a_stream(seed: int) -> None:
         d = torch.from_numpy(digests.copy()).cuda()
         o = torch.from_numpy(offsets).cuda()
         m = torch.tensor(lengths, dtype=torch.int64).cuda()
-        result = coord.find_longest_cache_hits(d, o, m, index, namespace=2,
-                                               stream=stream.cuda_stream)
+        result = coord.find_longest_cache_hits(
+            d, o, m, index, namespace=2, stream=stream.cuda_stream
+        )
     assert result.hit_lengths.tolist() == [e[1] for e in expected], seed
     with pytest.raises(ValueError, match="all CUDA arrays or all host arrays"):
         coord.find_longest_cache_hits(d, offsets, m, index, namespace=2)

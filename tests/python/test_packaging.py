@@ -18,8 +18,9 @@ def stub_names() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            out[node.name] = {n.name for n in node.body
-                              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            out[node.name] = {
+                n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
         elif isinstance(node, ast.FunctionDef):
             out[node.name] = set()
     return out
@@ -43,20 +44,40 @@ def test_stub_covers_the_module() -> None:
         assert name in stubs, f"_core.{name} is missing from _core.pyi"
         if inspect.isclass(obj):
             for member in vars(obj):
-                if member.startswith("_") and member not in ("__len__",
-                                                 "__contains__", "__getitem__"):
+                if member.startswith("_") and member not in (
+                    "__len__",
+                    "__contains__",
+                    "__getitem__",
+                ):
                     continue
                 assert member in stubs[name], f"_core.{name}.{member} is missing from _core.pyi"
 
 
 def test_public_api_has_docstrings() -> None:
-    for cls in (prefixhit.Coordinator, prefixhit.BlockIndex, prefixhit.KeySet,
-                prefixhit.GroupSpec, prefixhit.BatchLookupResult, prefixhit.KeyPlan):
+    for cls in (
+        prefixhit.Coordinator,
+        prefixhit.BlockIndex,
+        prefixhit.KeySet,
+        prefixhit.GroupSpec,
+        prefixhit.BatchLookupResult,
+        prefixhit.KeyPlan,
+    ):
         assert cls.__doc__, cls
-    for method in ("find_longest_cache_hit", "find_longest_cache_hits", "load_mask", "store_mask",
-                   "lookup_mask", "key_plan", "chunk_keys", "align_lookup_length"):
+    for method in (
+        "find_longest_cache_hit",
+        "find_longest_cache_hits",
+        "load_mask",
+        "store_mask",
+        "lookup_mask",
+        "key_plan",
+        "chunk_keys",
+        "align_lookup_length",
+    ):
         doc = getattr(prefixhit.Coordinator, method).__doc__
         assert doc and len(doc) > 40, method
-    for cls in (prefixhit.PrefixhitError, prefixhit.InvalidConfigError,
-                prefixhit.BackendUnavailableError):
+    for cls in (
+        prefixhit.PrefixhitError,
+        prefixhit.InvalidConfigError,
+        prefixhit.BackendUnavailableError,
+    ):
         assert cls.__doc__

@@ -8,12 +8,19 @@ from typing import Any
 import pytest
 
 import prefixhit
+
 from helpers import hash_chain, save
 
 
 def attention(kind: str, block_size: int, **extra: Any) -> dict[str, Any]:
-    return {"kind": kind, "block_size": block_size, "num_kv_heads": 8, "head_size": 128,
-            "dtype": "bfloat16", **extra}
+    return {
+        "kind": kind,
+        "block_size": block_size,
+        "num_kv_heads": 8,
+        "head_size": 128,
+        "dtype": "bfloat16",
+        **extra,
+    }
 
 
 def window(block_size: int, size: int, eagle: bool = False) -> dict[str, Any]:
@@ -30,7 +37,10 @@ class TestThreeGroups:
     def coord(self) -> prefixhit.Coordinator:
         return prefixhit.Coordinator(
             [attention("full_attention", 64), window(16, 32), window(16, 32, eagle=True)],
-            scheduler_block_size=64, hash_block_size=16, use_eagle=True)
+            scheduler_block_size=64,
+            hash_block_size=16,
+            use_eagle=True,
+        )
 
     def test_merged_window_groups_share_the_eagle_flag(self, coord: prefixhit.Coordinator) -> None:
         # Only group 2 is a draft group, but it merges with group 1, so both are shifted.
@@ -122,7 +132,8 @@ class TestDeepSeekV4Flash:
 
     def test_retention_and_prompt_boundary(self) -> None:
         coord = prefixhit.Coordinator(
-            [attention("full_attention", 32), window(8, 8)], 32, 8, retention_interval=0)
+            [attention("full_attention", 32), window(8, 8)], 32, 8, retention_interval=0
+        )
         # R = 0: only the chunks ending at the replay boundary (prompt 100 -> boundary 96).
         expected = [F] * 16
         expected[11] = T
@@ -149,13 +160,16 @@ class TestSingleGroups:
             return {(0, hashes[b]) for b in blocks}
 
         assert coord.find_longest_cache_hit(hashes, 128, present(0, 1, 2, 4, 5)) == (
-            [[F, F, F, F, T, T]], 96)
+            [[F, F, F, F, T, T]],
+            96,
+        )
         assert coord.find_longest_cache_hit(hashes, 128, present(0, 2, 4, 7)) == ([[T]], 16)
         assert coord.find_longest_cache_hit(hashes, 128, present(1)) == ([[]], 0)
 
     def test_chunked_local_empty_store(self) -> None:
         coord = prefixhit.Coordinator(
-            [attention("chunked_local", 16, attention_chunk_size=64)], 16, 16)
+            [attention("chunked_local", 16, attention_chunk_size=64)], 16, 16
+        )
         hashes = hash_chain(8)
         assert coord.find_longest_cache_hit(hashes, 128, set()) == ([[F] * 8], 128)
         assert coord.find_longest_cache_hit(hashes, 100, set()) == ([[F] * 4], 64)
