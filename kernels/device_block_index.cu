@@ -174,7 +174,7 @@ __device__ int insert_key(const DeviceTable& t, const SlotKey& key, const SlotPl
       ulonglong2* digest = reinterpret_cast<ulonglong2*>(t.digests + slot);
       __stcg(digest, make_ulonglong2(key.w[0], key.w[1]));
       __stcg(digest + 1, make_ulonglong2(key.w[2], key.w[3]));
-      __stcg(t.metas + slot, key.meta);
+      __stcg(t.metas + slot, static_cast<unsigned int>(key.meta));
       __threadfence();  // release: digest and meta before the tag
       atomicXor(word_ptr, static_cast<unsigned int>(detail::kBusyTag ^ place.tag) << shift);
       return 1;
