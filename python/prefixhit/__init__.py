@@ -30,6 +30,7 @@ from ._core import (
     KeySet,
     PlanAnswers,
     build_info,
+    hash_prompt,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -74,5 +75,6 @@ __all__ = [
     "UnsupportedLookupError",
     "build_info",
     "errors",
+    "hash_prompt",
     "__version__",
 ]

@@ -392,6 +392,11 @@ def build_info() -> dict[str, object]:
     What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work) and 'device' (the device, or why there is none).
     """
 
+def hash_prompt(tokens: IntArray, hash_block_size: int, root: bytes | None = None) -> numpy.ndarray:
+    """
+    prefixhit's own block hashes for a token prompt: uint8 [floor(len(tokens) / hash_block_size), 32], a SHA-256 chain h[i] = SHA-256(h[i-1] || block i's tokens as little-endian int32) starting from `root` (32 zero bytes by default; a cache salt can go there). Prompts that share a prefix share its digests. Runtimes with their own hash chain (vLLM's) pass theirs instead.
+    """
+
 #: What a lookup reads the store from.
 Store = (
     set[tuple[int, bytes]]

@@ -252,5 +252,6 @@ void bind_coordinator(nb::module_& m);
 void bind_stores(nb::module_& m);
 void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m);
 void bind_gpu_info(nb::module_& m);
+void bind_hashing(nb::module_& m);
 
 }  // namespace prefixhit::py

@@ -2,7 +2,11 @@
 // __init__.py re-exports these names next to the pure-Python error classes.
 #include <nanobind/stl/string.h>
 
+#include <cstring>
+#include <vector>
+
 #include "common.hpp"
+#include "prefixhit/hashing.hpp"
 
 namespace prefixhit::py {
 
@@ -26,6 +30,37 @@ void bind_gpu_info(nb::module_& m) {
       "'device' (the device, or why there is none).");
 }
 
+void bind_hashing(nb::module_& m) {
+  m.def(
+      "hash_prompt",
+      [](nb::handle tokens, std::int64_t hash_block_size, nb::handle root) {
+        const IntArray<std::int32_t> ids(tokens, "tokens");
+        BlockDigest seed;
+        if (!root.is_none()) {
+          const Digests r(nb::make_tuple(root), "root", DigestShape::sequence);
+          seed = r.data()[0];
+        }
+        std::vector<BlockDigest> digests;
+        {
+          nb::gil_scoped_release release;
+          digests = hash_prompt(ids.view(), hash_block_size, seed);
+        }
+        std::vector<std::uint8_t> bytes(digests.size() * BlockDigest::kSize);
+        if (!digests.empty()) {
+          std::memcpy(bytes.data(), digests.data(), bytes.size());
+        }
+        return owned_array(std::move(bytes), {digests.size(), BlockDigest::kSize});
+      },
+      nb::arg("tokens").none(), nb::arg("hash_block_size"), nb::arg("root").none() = nb::none(),
+      nb::sig("def hash_prompt(tokens: IntArray, hash_block_size: int, root: bytes | None = None) "
+              "-> numpy.ndarray"),
+      "prefixhit's own block hashes for a token prompt: uint8 [floor(len(tokens) / "
+      "hash_block_size), 32], a SHA-256 chain h[i] = SHA-256(h[i-1] || block i's tokens as "
+      "little-endian int32) starting from `root` (32 zero bytes by default; a cache salt can go "
+      "there). Prompts that share a prefix share its digests. Runtimes with their own hash chain "
+      "(vLLM's) pass theirs instead.");
+}
+
 }  // namespace prefixhit::py
 
 NB_MODULE(_core, m) {
@@ -37,4 +72,5 @@ NB_MODULE(_core, m) {
   py::bind_block_index(m);
   py::bind_coordinator(m);
   py::bind_gpu_info(m);
+  py::bind_hashing(m);
 }

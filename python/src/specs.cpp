@@ -31,6 +31,9 @@ std::string as_string(nb::handle value, const std::string& where) {
 /// dtype is compared for spec equality only; accept torch/numpy dtypes by their name
 /// ("torch.bfloat16" -> "bfloat16") so that a runtime can pass its own objects.
 std::string as_dtype(nb::handle value) {
+  if (value.is_none()) {
+    return "";
+  }
   if (PyUnicode_Check(value.ptr())) {
     return nb::cast<std::string>(value);
   }

@@ -238,3 +238,26 @@ def test_error_classes() -> None:
     assert issubclass(prefixhit.BackendUnavailableError, RuntimeError)
     assert issubclass(prefixhit.PrefixhitIOError, OSError)
     assert prefixhit.errors._from_kind("no_such_kind", "x").kind == "no_such_kind"
+
+
+def test_hash_prompt_is_a_sha256_chain() -> None:
+    import hashlib
+    import struct
+
+    tokens = list(range(1000, 1050))
+    digests = prefixhit.hash_prompt(np.array(tokens, dtype=np.int64), 16)
+    assert digests.shape == (3, 32) and digests.dtype == np.uint8  # whole blocks only
+    for root in (bytes(32), b"salt" * 8):
+        got = prefixhit.hash_prompt(tokens, 16, root=root)
+        prev = root
+        for i in range(3):
+            block = struct.pack("<16i", *tokens[16 * i : 16 * (i + 1)])
+            prev = hashlib.sha256(prev + block).digest()
+            assert got[i].tobytes() == prev
+    # Shared prefixes share digests; the digests feed lookups directly.
+    longer = prefixhit.hash_prompt(tokens + [7] * 30, 16)
+    np.testing.assert_array_equal(longer[:3], digests)
+    with pytest.raises(ValueError):
+        prefixhit.hash_prompt(tokens, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        prefixhit.hash_prompt([1 << 40], 1)
