@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "host/checks.hpp"
 #include "host/nvtx.hpp"
 #include "host/parallel.hpp"
 #include "host/probes.hpp"
@@ -45,10 +46,9 @@ void Coordinator::validate_batch(const LookupBatch& batch) const {
   for (std::size_t i = 0; i < r; ++i) {
     const std::int64_t n = batch.offsets[i + 1] - batch.offsets[i];
     if (!detail::max_length_in_range(plan_, n, batch.max_lengths[i])) {
-      throw InvalidArgument("request " + std::to_string(i) + ": max_length " +
-                            std::to_string(batch.max_lengths[i]) + " is outside [0, " +
-                            std::to_string((n + 1) * plan_.hash_block_size) + ") for " +
-                            std::to_string(n) + " hashes");
+      throw InvalidArgument("request " + std::to_string(i) + ": " +
+                            detail::max_length_message("max_length", batch.max_lengths[i], n,
+                                                       plan_.hash_block_size));
     }
   }
 }
@@ -128,9 +128,8 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
   PREFIXHIT_NVTX_RANGE("prefixhit::key_plan");
   const auto n = static_cast<std::int64_t>(hashes.size());
   if (!detail::max_length_in_range(plan_, n, max_length)) {
-    throw InvalidArgument("key_plan: max_length " + std::to_string(max_length) +
-                          " is outside [0, " + std::to_string((n + 1) * plan_.hash_block_size) +
-                          ") for " + std::to_string(n) + " hashes");
+    throw InvalidArgument(
+        detail::max_length_message("key_plan: max_length", max_length, n, plan_.hash_block_size));
   }
   KeyPlan plan;
   plan.num_hashes = n;

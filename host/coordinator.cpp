@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "host/checks.hpp"
 #include "host/nvtx.hpp"
 #include "host/probes.hpp"
 #include "prefixhit/detail/finders.hpp"
@@ -47,9 +48,15 @@ FinderKind finder_of(GroupKind kind) {
   throw InvalidConfig("unknown group kind");
 }
 
+/// Sizes in tokens: positive, and no larger than any model could use (detail::kMaxConfigTokens),
+/// which keeps every length computation of the finders and masks free of overflow.
 void require_positive(std::int64_t value, const std::string& what) {
   if (value <= 0) {
     throw InvalidConfig(what + " must be positive, got " + std::to_string(value));
+  }
+  if (value > detail::kMaxConfigTokens) {
+    throw InvalidConfig(what + " (" + std::to_string(value) + ") exceeds the supported maximum of " +
+                        std::to_string(detail::kMaxConfigTokens) + " tokens");
   }
 }
 
@@ -95,8 +102,10 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
   }
   require_positive(c.hash_block_size, "hash_block_size");
   require_positive(c.scheduler_block_size, "scheduler_block_size");
-  if (c.retention_interval && *c.retention_interval < 0) {
-    throw InvalidConfig("retention_interval must be null, 0 or positive, got " +
+  if (c.retention_interval &&
+      (*c.retention_interval < 0 || *c.retention_interval > detail::kMaxConfigTokens)) {
+    throw InvalidConfig("retention_interval must be null, 0 or a positive token count up to " +
+                        std::to_string(detail::kMaxConfigTokens) + ", got " +
                         std::to_string(*c.retention_interval));
   }
   for (std::size_t g = 0; g < n_groups; ++g) {
@@ -252,10 +261,7 @@ LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::in
                          bool apply_eagle, const Probe& probe, const char* what) {
   const detail::LookupPlan& plan = coordinator.plan();
   if (!detail::max_length_in_range(plan, n, max_length)) {
-    throw InvalidArgument(std::string(what) + " " + std::to_string(max_length) +
-                          " is outside [0, " + std::to_string((n + 1) * plan.hash_block_size) +
-                          ") for " + std::to_string(n) + " hashes of " +
-                          std::to_string(plan.hash_block_size) + " tokens");
+    throw InvalidArgument(detail::max_length_message(what, max_length, n, plan.hash_block_size));
   }
   GroupHit spec_hits[kMaxGroups];
   LookupResult result;
@@ -352,6 +358,15 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
   if (aligned_len % a_len != 0) {
     throw UnalignedLength("aligned_token_len " + std::to_string(aligned_len) +
                           " is not a multiple of the lookup alignment " + std::to_string(a_len));
+  }
+  // One byte per chunk is allocated below: refuse absurd lengths instead of allocating them.
+  for (const GroupSpec& spec : config_.groups) {
+    if (aligned_len / spec.block_size > detail::kMaxMaskChunks) {
+      throw InvalidArgument("aligned_token_len " + std::to_string(aligned_len) + " spans " +
+                            std::to_string(aligned_len / spec.block_size) +
+                            " chunks of block_size " + std::to_string(spec.block_size) +
+                            "; a mask holds at most " + std::to_string(detail::kMaxMaskChunks));
+    }
   }
   const std::int64_t s = plan_.scheduler_block_size;
   // Replay boundary, floored (num_prompt_tokens 0 gives -S).

@@ -274,10 +274,11 @@ PREFIXHIT_HD ErrorKind run_finder(const LookupPlan& plan, int sg, std::int64_t n
 }
 
 /// Whether `max_len` is a length the finders may be asked about: 0 <= max_len < (n+1)*H.
-/// Past that bound the window and Mamba finders would read beyond the hash list.
+/// Past that bound the window and Mamba finders would read beyond the hash list. Written without
+/// the product, which could overflow.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool max_length_in_range(const LookupPlan& plan, std::int64_t n,
                                                             std::int64_t max_len) {
-  return n >= 0 && max_len >= 0 && max_len < (n + 1) * plan.hash_block_size;
+  return n >= 0 && max_len >= 0 && max_len / plan.hash_block_size <= n;
 }
 
 /// The coordinator lookup (SEMANTICS.md 5): one spec group directly, several by the fixed point.
