@@ -71,7 +71,8 @@ class PlanAnswers final : public ExistenceSource {
 class Coordinator {
  public:
   /// Validates the configuration (SEMANTICS.md 1.1) and plans the spec groups. Throws
-  /// InvalidConfig naming the offending field or rule.
+  /// InvalidConfig naming the offending field or rule. Sizes (block sizes, windows, chunks, H, S,
+  /// R) must be at most 2^40 tokens, which keeps all length arithmetic free of overflow.
   explicit Coordinator(Config config);
 
   const Config& config() const noexcept { return config_; }
@@ -104,7 +105,8 @@ class Coordinator {
   LookupResult load_mask(std::int64_t num_hashes, std::int64_t token_len) const;
 
   /// Which chunks of each group a save of tokens [start_token, aligned_token_len) writes
-  /// (SEMANTICS.md 7). Throws UnalignedLength unless aligned_token_len is a multiple of A.
+  /// (SEMANTICS.md 7). Throws UnalignedLength unless aligned_token_len is a multiple of A, and
+  /// InvalidArgument for negative values or a mask longer than 2^28 chunks.
   std::vector<ChunkMask> store_mask(std::int64_t aligned_token_len, std::int64_t start_token = 0,
                                     std::optional<std::int64_t> num_prompt_tokens = {}) const;
   /// store_mask with start_token 0, no retention interval and no prompt length.
