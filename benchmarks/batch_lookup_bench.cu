@@ -164,7 +164,7 @@ struct Dataset {
   std::int64_t* max_lengths = nullptr;
   std::uint8_t* presence[2] = {nullptr, nullptr};
   gpu::DeviceLookupOutput out;
-  std::int64_t keys_per_request[2] = {0, 0};
+  std::int64_t keys_per_request[2][2] = {};  ///< [store shape][source]
   std::vector<void*> allocations;
 
   ~Dataset() {
@@ -188,6 +188,21 @@ struct Dataset {
     return b;
   }
 };
+
+/// Keys the kernel with `Lookahead` probes for request 0 (whose table is `table`).
+template <int Lookahead>
+std::int64_t count_probes(const Dataset& d, const prefixhit::detail::PresenceTableSource& table) {
+  std::int64_t probes = 0;
+  std::int64_t scratch[2 * prefixhit::kMaxGroups + 1];
+  prefixhit::ErrorKind status = prefixhit::ErrorKind::ok;
+  const prefixhit::detail::KernelWarpProbe<CountingTable, Lookahead> probe{
+      &d.coordinator->plan(), CountingTable{table, &probes}, d.n};
+  prefixhit::detail::lookup_request(
+      d.coordinator->plan(), d.n, d.max_length, true, probe, 0, 0, 1,
+      prefixhit::detail::RequestOutputs{scratch, scratch + 1, scratch + 1 + prefixhit::kMaxGroups,
+                                        &status});
+  return probes;
+}
 
 std::unique_ptr<Dataset> build_dataset(const std::string& name, const Config& config) {
   auto d = std::make_unique<Dataset>();
@@ -253,17 +268,11 @@ std::unique_ptr<Dataset> build_dataset(const std::string& name, const Config& co
     for (std::size_t c = 0; c < row.size(); ++c) {
       row[c] = presence_of(static_cast<std::int64_t>(c));
     }
-    std::int64_t probes = 0;
-    std::int64_t scratch[4 * prefixhit::kMaxGroups + 2];
-    prefixhit::ErrorKind status = prefixhit::ErrorKind::ok;
-    const prefixhit::detail::WarpProbe<CountingTable> probe{
-        &d->coordinator->plan(),
-        CountingTable{prefixhit::detail::PresenceTableSource{row.data(), d->n}, &probes}};
-    prefixhit::detail::lookup_request(
-        d->coordinator->plan(), d->n, d->max_length, true, probe, 0, 0, 1,
-        prefixhit::detail::RequestOutputs{scratch, scratch + 1, scratch + 1 + prefixhit::kMaxGroups,
-                                          &status});
-    d->keys_per_request[shape] = probes;
+    const prefixhit::detail::PresenceTableSource table{row.data(), d->n};
+    d->keys_per_request[shape][static_cast<int>(Source::index)] =
+        count_probes<prefixhit::detail::kIndexLookahead>(*d, table);
+    d->keys_per_request[shape][static_cast<int>(Source::presence)] =
+        count_probes<prefixhit::detail::kPresenceLookahead>(*d, table);
   }
   const auto cells = static_cast<std::size_t>(kMaxRequests * groups);
   d->out.hit_lengths = d->alloc<std::int64_t>(kMaxRequests);
@@ -299,8 +308,9 @@ void lookup(const Dataset& d, std::int64_t requests, StoreShape shape, Source so
 }
 
 void set_counters(benchmark::State& state, const Dataset& d, std::int64_t requests,
-                  StoreShape shape, double device_s) {
-  const double keys = static_cast<double>(d.keys_per_request[static_cast<int>(shape)] * requests);
+                  StoreShape shape, Source source, double device_s) {
+  const double keys = static_cast<double>(
+      d.keys_per_request[static_cast<int>(shape)][static_cast<int>(source)] * requests);
   state.counters["requests/s"] = benchmark::Counter(static_cast<double>(requests),
                                                     benchmark::Counter::kIsIterationInvariantRate);
   state.counters["keys_probed"] = keys;
@@ -322,7 +332,7 @@ void device_time(benchmark::State& state, const std::string& workload, StoreShap
     state.SetIterationTime(timing.device_us * 1e-6);
     device_s += timing.device_us * 1e-6;
   }
-  set_counters(state, d, requests, shape, device_s);
+  set_counters(state, d, requests, shape, source, device_s);
   state.counters["device_us"] = benchmark::Counter(
       device_s * 1e6 /
       static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1)));
@@ -336,7 +346,7 @@ void end_to_end(benchmark::State& state, const std::string& workload, StoreShape
   for (auto _ : state) {
     lookup(d, requests, shape, source, nullptr, nullptr);
   }
-  set_counters(state, d, requests, shape, 0);
+  set_counters(state, d, requests, shape, source, 0);
 }
 
 void graph_replay(benchmark::State& state, const std::string& workload, StoreShape shape,
@@ -363,7 +373,7 @@ void graph_replay(benchmark::State& state, const std::string& workload, StoreSha
     check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
     check(cudaStreamSynchronize(stream), "sync");
   }
-  set_counters(state, d, requests, shape, 0);
+  set_counters(state, d, requests, shape, source, 0);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

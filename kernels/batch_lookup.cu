@@ -29,9 +29,10 @@ __global__ void __launch_bounds__(kLookupThreads)
                                  const __grid_constant__ BatchKernelArgs args,
                                  const std::uint8_t* __restrict__ presence) {
   const std::int64_t groups = plan.num_groups;
-  lookup_requests_warp_per_request(plan, args, [&](std::int64_t offset, std::int64_t n) {
-    return detail::PresenceTableSource{presence + groups * offset, n};
-  });
+  lookup_requests_warp_per_request<detail::kPresenceLookahead>(
+      plan, args, [&](std::int64_t offset, std::int64_t n) {
+        return detail::PresenceTableSource{presence + groups * offset, n};
+      });
 }
 
 __global__ void __launch_bounds__(kLookupThreads)
@@ -39,9 +40,10 @@ __global__ void __launch_bounds__(kLookupThreads)
                               const __grid_constant__ BatchKernelArgs args,
                               const DeviceBlockIndexRef index, const Namespace ns) {
   const BlockDigest* const digests = args.digests;
-  lookup_requests_warp_per_request(plan, args, [&](std::int64_t offset, std::int64_t /*n*/) {
-    return DeviceIndexSource<DeviceBlockIndexRef>{index, ns, digests + offset};
-  });
+  lookup_requests_warp_per_request<detail::kIndexLookahead>(
+      plan, args, [&](std::int64_t offset, std::int64_t /*n*/) {
+        return DeviceIndexSource<DeviceBlockIndexRef>{index, ns, digests + offset};
+      });
 }
 
 // ---- launchers -----------------------------------------------------------------------------
@@ -95,7 +97,7 @@ cudaError_t launch_first_failed(const ErrorKind* status, std::int64_t num_reques
   }
   // Stream-ordered temporary storage: concurrent calls on other streams never share it.
   void* temp = nullptr;
-  err = cudaMallocAsync(&temp, temp_bytes, stream);
+  err = cudaMallocAsync(&temp, temp_bytes > 0 ? temp_bytes : 1, stream);
   if (err != cudaSuccess) {
     return err;
   }

@@ -45,7 +45,7 @@ inline int lookup_grid(std::int64_t num_requests, int resident_blocks) {
 
 /// The warps of the grid walk the requests; `make_source(offset, n)` gives the existence source
 /// of the request whose digests start at `offset`.
-template <class MakeSource>
+template <int Lookahead, class MakeSource>
 __device__ __forceinline__ void lookup_requests_warp_per_request(const detail::LookupPlan& plan,
                                                                  const BatchKernelArgs& args,
                                                                  const MakeSource& make_source) {
@@ -60,7 +60,7 @@ __device__ __forceinline__ void lookup_requests_warp_per_request(const detail::L
     const std::int64_t max_length = args.max_lengths[r];
     const bool apply_eagle = args.apply_eagle == nullptr || args.apply_eagle[r] != 0;
     using Source = decltype(make_source(offset, n));
-    const detail::WarpProbe<Source> probe{&plan, make_source(offset, n)};
+    const detail::KernelWarpProbe<Source, Lookahead> probe{&plan, make_source(offset, n), n};
     detail::lookup_request(plan, n, max_length, apply_eagle, probe, r, lane, detail::kWarpSize,
                            args.out);
   }
@@ -74,7 +74,28 @@ struct DeviceIndexSource {
   const BlockDigest* hashes;  ///< the request's digests
 
   __device__ __forceinline__ bool contains(int group_id, std::int64_t index) const {
-    return ref.contains(ns, group_id, hashes[index]);
+    // Bring the digest into registers with wide read-only loads (two 16-byte loads where the
+    // array allows, as cudaMalloc'd digest arrays do), so the index hashes and compares a
+    // register copy instead of re-reading global memory byte by byte.
+    BlockDigest key;
+    auto* words = reinterpret_cast<std::uint64_t*>(&key);
+    const BlockDigest* src = hashes + index;
+    if ((reinterpret_cast<std::uintptr_t>(src) & 15U) == 0) {
+      const auto* wide = reinterpret_cast<const ulonglong2*>(src);
+      const ulonglong2 lo = __ldg(wide);
+      const ulonglong2 hi = __ldg(wide + 1);
+      words[0] = lo.x;
+      words[1] = lo.y;
+      words[2] = hi.x;
+      words[3] = hi.y;
+    } else {
+      const auto* narrow = reinterpret_cast<const unsigned long long*>(src);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        words[w] = __ldg(narrow + w);
+      }
+    }
+    return ref.contains(ns, group_id, key);
   }
 };
 

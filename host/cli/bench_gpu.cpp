@@ -39,23 +39,47 @@ constexpr std::array<Op, 3> kOps = {
 struct PreparedStore {
   std::vector<std::vector<BlockDigest>> keys_by_group;  ///< for the device index
   std::vector<std::uint8_t> presence;                   ///< [request][group][hash index]
-  std::int64_t keys_probed_per_request = 0;             ///< by the warp probe, request 0
-  LookupResult cpu_result_request0;                     ///< the CPU engine's answer over the store
-  LookupResult cpu_plan_result_request0;                ///< ... over the store's KeyPlan answers
+  std::int64_t index_keys_per_request = 0;              ///< probed by the index kernel, request 0
+  std::int64_t presence_keys_per_request = 0;  ///< probed by the presence kernel, request 0
+  LookupResult cpu_result_request0;            ///< the CPU engine's answer over the store
+  LookupResult cpu_plan_result_request0;       ///< ... over the store's KeyPlan answers
 };
 
-/// Counts the keys the kernel's warp probe asks the index for (every lane probes each member
-/// of its keys): the twin of the warp probe over a CPU BlockIndex, run for one request.
+/// Counts the keys the kernel's warp probe asks its source for (every lane probes each member
+/// of its keys): the warp probe's CPU twin over the same store, run for one request.
+template <class Inner>
 struct CountingSource {
-  const BlockIndex* index;
-  Namespace ns;
-  const BlockDigest* hashes;
+  Inner inner;
   std::int64_t* probes;
   bool contains(int group_id, std::int64_t i) const {
     ++*probes;
+    return inner.contains(group_id, i);
+  }
+};
+
+struct IndexAsSource {
+  const BlockIndex* index;
+  Namespace ns;
+  const BlockDigest* hashes;
+  bool contains(int group_id, std::int64_t i) const {
     return index->contains(ns, group_id, hashes[i]);
   }
 };
+
+/// Keys the kernel with `Lookahead` probes for one request of n hashes.
+template <int Lookahead, class Inner>
+std::int64_t count_probes(const Coordinator& coordinator, const Inner& source, std::int64_t n,
+                          std::int64_t max_length) {
+  std::int64_t probes = 0;
+  std::int64_t scratch[2 * kMaxGroups + 1];
+  ErrorKind status = ErrorKind::ok;
+  const detail::KernelWarpProbe<CountingSource<Inner>, Lookahead> probe{
+      &coordinator.plan(), CountingSource<Inner>{source, &probes}, n};
+  detail::lookup_request(
+      coordinator.plan(), n, max_length, true, probe, 0, 0, 1,
+      detail::RequestOutputs{scratch, scratch + 1, scratch + 1 + kMaxGroups, &status});
+  return probes;
+}
 
 PreparedStore prepare_store(const Coordinator& coordinator, const Workload& workload,
                             const std::vector<BlockDigest>& hashes, std::int64_t requests,
@@ -94,15 +118,10 @@ PreparedStore prepare_store(const Coordinator& coordinator, const Workload& work
                   coordinator.find_longest_cache_hit(request, max_length, store.view(ns));
               out.cpu_plan_result_request0 = coordinator.find_longest_cache_hit(
                   request, max_length, PlanAnswers(plan, answers, groups));
-              std::int64_t probes = 0;
-              std::int64_t scratch[4 * kMaxGroups + 2];
-              ErrorKind status = ErrorKind::ok;
-              const detail::WarpProbe<CountingSource> probe{
-                  &coordinator.plan(), CountingSource{&store, ns, request.data(), &probes}};
-              detail::lookup_request(
-                  coordinator.plan(), n, max_length, true, probe, 0, 0, 1,
-                  detail::RequestOutputs{scratch, scratch + 1, scratch + 1 + kMaxGroups, &status});
-              out.keys_probed_per_request = probes;
+              out.index_keys_per_request = count_probes<detail::kIndexLookahead>(
+                  coordinator, IndexAsSource{&store, ns, request.data()}, n, max_length);
+              out.presence_keys_per_request = count_probes<detail::kPresenceLookahead>(
+                  coordinator, detail::PresenceTableSource{out.presence.data(), n}, n, max_length);
             }
           }
           const std::lock_guard<std::mutex> lock(merge);
@@ -210,7 +229,6 @@ std::vector<BenchRow> run_gpu_bench(const Workload& workload, std::int64_t reque
   for (const Op& op : kOps) {
     const PreparedStore store =
         prepare_store(coordinator, workload, hashes, requests, max_length, op.shape);
-    const std::int64_t keys = store.keys_probed_per_request * requests;
     const auto ns = static_cast<Namespace>(op.shape);
 
     std::size_t total = 0;
@@ -228,7 +246,7 @@ std::vector<BenchRow> run_gpu_bench(const Workload& workload, std::int64_t reque
         measure(
             [&](gpu::LookupTiming* t) { engine.lookup(buffers.batch(), ref, ns, out, nullptr, t); },
             min_seconds),
-        keys);
+        store.index_keys_per_request * requests);
     check_request0(buffers.download(), store.cpu_result_request0, op.name);
 
     const std::uint8_t* presence = buffers.upload_presence(store.presence);
@@ -238,7 +256,7 @@ std::vector<BenchRow> run_gpu_bench(const Workload& workload, std::int64_t reque
               engine.lookup(buffers.batch(), presence, out, nullptr, t);
             },
             min_seconds),
-        keys);
+        store.presence_keys_per_request * requests);
     check_request0(buffers.download(), store.cpu_plan_result_request0, op.name);
   }
   return rows;

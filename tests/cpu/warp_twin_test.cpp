@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "prefixhit/coordinator.hpp"
@@ -487,11 +488,24 @@ std::string describe(const Config& c, Shape shape, const Request& req) {
          " apply_eagle=" + (req.apply_eagle ? "1" : "0");
 }
 
-template <int First, int Max>
-using KeySetWarpProbe = prefixhit::detail::WarpProbe<KeySetSource, First, Max>;
+template <int First, int Max, int Ahead>
+using KeySetWarpProbe = prefixhit::detail::WarpProbe<KeySetSource, First, Max, Ahead>;
+template <int First, int Max, int Ahead>
+using TableWarpProbe =
+    prefixhit::detail::WarpProbe<prefixhit::detail::PresenceTableSource, First, Max, Ahead>;
 
-/// Runs `cases` random configurations through the twin with window sizes First/Max.
-template <int First, int Max>
+static_assert(
+    std::is_same_v<
+        prefixhit::detail::KernelWarpProbe<KeySetSource, prefixhit::detail::kIndexLookahead>,
+        KeySetWarpProbe<32, 64, 0>> &&
+        std::is_same_v<prefixhit::detail::KernelWarpProbe<prefixhit::detail::PresenceTableSource,
+                                                          prefixhit::detail::kPresenceLookahead>,
+                       TableWarpProbe<32, 64, 3>>,
+    "KernelWindowsMatchCpuEngine must test the kernels' probe configurations");
+
+/// Runs `configs` random configurations through the twin with window sizes First/Max, and
+/// KeyAhead / TableAhead lookahead windows for the key-by-key and the presence-table sources.
+template <int First, int Max, int KeyAhead, int TableAhead>
 void run_twin(int configs, int requests_per_config) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) +
@@ -533,11 +547,12 @@ void run_twin(int configs, int requests_per_config) {
       });
       errors_seen += want.error != ErrorKind::ok ? 1 : 0;
       int out_of_range = 0;
-      const KeySetWarpProbe<First, Max> probe{
-          &plan, KeySetSource{&store, req.hashes.data(), n, &out_of_range}};
+      const KeySetWarpProbe<First, Max, KeyAhead> probe{
+          &plan, KeySetSource{&store, req.hashes.data(), n, &out_of_range}, n};
       prefixhit::detail::lookup_request(plan, n, req.max_length, req.apply_eagle, probe, r, 0, 1,
                                         keyset_out.view());
       EXPECT_EQ(out_of_range, 0) << "the finders asked for hash indices outside the request";
+      failures += out_of_range == 0 ? 0 : 1;
       const auto keyset_ok = row_matches(keyset_out, row, groups, want);
       EXPECT_TRUE(keyset_ok) << "key-by-key source";
 
@@ -554,8 +569,8 @@ void run_twin(int configs, int requests_per_config) {
       });
       std::vector<std::uint8_t> table(static_cast<std::size_t>(groups * n) + 1, 0);
       prefixhit::gpu::scatter_plan_answers(key_plan, answers, groups, table.data());
-      const prefixhit::detail::WarpProbe<prefixhit::detail::PresenceTableSource, First, Max>
-          table_probe{&plan, prefixhit::detail::PresenceTableSource{table.data(), n}};
+      const TableWarpProbe<First, Max, TableAhead> table_probe{
+          &plan, prefixhit::detail::PresenceTableSource{table.data(), n}, n};
       prefixhit::detail::lookup_request(plan, n, req.max_length, req.apply_eagle, table_probe, r, 0,
                                         1, table_out.view());
       const auto table_ok = row_matches(table_out, row, groups, want_plan);
@@ -576,12 +591,24 @@ void run_twin(int configs, int requests_per_config) {
   EXPECT_GT(partial_seen, 0) << "no configuration with partial hash hits";
 }
 
+/// The kernels' configurations (KernelWarpProbe): 32-key first windows, then 64-key windows;
+/// lookahead 0 for the device index, 3 for presence tables.
 TEST(WarpTwin, KernelWindowsMatchCpuEngine) {
-  run_twin<32, 64>(420, 12);
+  run_twin<32, 64, prefixhit::detail::kIndexLookahead, prefixhit::detail::kPresenceLookahead>(420,
+                                                                                              12);
 }
 
 TEST(WarpTwin, OneKeyPerLaneWindowsMatchCpuEngine) {
-  run_twin<32, 32>(140, 12);
+  run_twin<32, 32, 0, 1>(140, 12);
+}
+
+TEST(WarpTwin, SwappedLookaheadsMatchCpuEngine) {
+  run_twin<32, 64, 3, 0>(140, 12);
+}
+
+TEST(WarpTwin, SmallFirstWindowsAndOtherLookaheadsMatchCpuEngine) {
+  run_twin<8, 32, 7, 15>(70, 12);
+  run_twin<16, 64, 1, 2>(70, 12);
 }
 
 TEST(WarpTwin, LoadMaskThroughAllOnesTableMatchesCpu) {
@@ -604,10 +631,77 @@ TEST(WarpTwin, LoadMaskThroughAllOnesTableMatchesCpu) {
         expect_from([&] { return coordinator->load_mask(req.hashes, req.max_length); });
     const std::vector<std::uint8_t> ones(static_cast<std::size_t>(plan.num_groups * n) + 1, 1);
     Outputs out(1, plan.num_groups);
-    const prefixhit::detail::WarpProbe<prefixhit::detail::PresenceTableSource> probe{
-        &plan, prefixhit::detail::PresenceTableSource{ones.data(), n}};
+    const prefixhit::detail::KernelWarpProbe<prefixhit::detail::PresenceTableSource,
+                                             prefixhit::detail::kPresenceLookahead>
+        probe{&plan, prefixhit::detail::PresenceTableSource{ones.data(), n}, n};
     prefixhit::detail::lookup_request(plan, n, req.max_length, false, probe, 0, 0, 1, out.view());
     ASSERT_TRUE(row_matches(out, 0, plan.num_groups, want));
+  }
+}
+
+/// The probe alone, on arbitrary sequences of windows: walks that continue (served from the
+/// lookahead), walks abandoned midway, the same spec group and step restarting elsewhere, and
+/// windows cut short. Every answer must equal the member AND of the table, key by key.
+TEST(WarpTwin, ProbeAnswersAnySequenceOfWindows) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (int k = 0; k < 60; ++k) {
+    std::optional<Coordinator> coordinator;
+    try {
+      coordinator.emplace(random_config(rng, static_cast<Shape>(k % kNumShapes)));
+    } catch (const prefixhit::InvalidConfig&) {
+      continue;
+    }
+    const prefixhit::detail::LookupPlan& plan = coordinator->plan();
+    const std::int64_t n = rng.uniform(1, 2000);
+    const double density = rng.pick(std::vector<double>{0.5, 0.9, 1.0});
+    std::vector<std::uint8_t> table(static_cast<std::size_t>(plan.num_groups * n));
+    for (std::uint8_t& cell : table) {
+      cell = rng.chance(density) ? 1 : 0;
+    }
+    const prefixhit::detail::PresenceTableSource source{table.data(), n};
+    const prefixhit::detail::KernelWarpProbe<prefixhit::detail::PresenceTableSource,
+                                             prefixhit::detail::kPresenceLookahead>
+        probe{&plan, source, n};
+    int sg = 0;
+    std::int64_t first = 0;
+    std::int64_t step = 1;
+    int count = 0;
+    for (int call = 0; call < 400; ++call) {
+      const bool restart = count == 0 || rng.chance(0.3);
+      if (restart) {
+        // Often the same spec group and step as before, from somewhere else.
+        if (rng.chance(0.5)) {
+          sg = static_cast<int>(rng.uniform(0, plan.num_spec_groups - 1));
+          step = rng.pick(std::vector<std::int64_t>{1, -1, 2, -2, 3, -5});
+        }
+        first = rng.uniform(0, n - 1);
+      } else {
+        first += count * step;
+      }
+      // Keys first + i*step for i < count, all inside [0, n).
+      const std::int64_t room = step > 0 ? (n - 1 - first) / step + 1 : first / -step + 1;
+      if (first < 0 || first >= n || room <= 0) {
+        count = 0;
+        continue;
+      }
+      count = static_cast<int>(std::min<std::int64_t>(
+          room, rng.chance(0.7) ? 64 : rng.pick(std::vector<std::int64_t>{1, 7, 32, 33, 63})));
+      const std::uint64_t got = probe.window(sg, first, step, count);
+      std::uint64_t want = 0;
+      const prefixhit::detail::SpecGroupPlan& spec = plan.spec_groups[sg];
+      for (int i = 0; i < count; ++i) {
+        bool present = true;
+        for (int m = 0; m < spec.num_members; ++m) {
+          present =
+              present && source.contains(plan.members[spec.first_member + m], first + i * step);
+        }
+        want |= static_cast<std::uint64_t>(present) << i;
+      }
+      ASSERT_EQ(got, want) << "call " << call << ": sg " << sg << " first " << first << " step "
+                           << step << " count " << count;
+    }
   }
 }
 
@@ -632,8 +726,9 @@ TEST(WarpTwin, EachLaneWritesItsOwnGroups) {
   req.max_length = 40 * 16;
   const auto n = static_cast<std::int64_t>(req.hashes.size());
   const std::vector<std::uint8_t> ones(groups * static_cast<std::size_t>(n), 1);
-  const prefixhit::detail::WarpProbe<prefixhit::detail::PresenceTableSource> probe{
-      &plan, prefixhit::detail::PresenceTableSource{ones.data(), n}};
+  const prefixhit::detail::KernelWarpProbe<prefixhit::detail::PresenceTableSource,
+                                           prefixhit::detail::kPresenceLookahead>
+      probe{&plan, prefixhit::detail::PresenceTableSource{ones.data(), n}, n};
   Outputs all_lanes(1, plan.num_groups);
   for (int lane = 0; lane < prefixhit::detail::kWarpSize; ++lane) {
     Outputs one_lane(1, plan.num_groups);
