@@ -33,6 +33,17 @@ endif()
 
 if(PREFIXHIT_BUILD_BENCHMARKS)
   find_package(benchmark QUIET)
+  # The GPU machine has no Google Benchmark: scripts/prepare-carry.sh brings Debian's build of it.
+  if(NOT TARGET benchmark::benchmark AND EXISTS "${_ph_tp}/benchmark/lib/libbenchmark.so")
+    add_library(benchmark::benchmark SHARED IMPORTED)
+    set_target_properties(benchmark::benchmark PROPERTIES
+      IMPORTED_LOCATION "${_ph_tp}/benchmark/lib/libbenchmark.so"
+      INTERFACE_INCLUDE_DIRECTORIES "${_ph_tp}/benchmark/include")
+    add_library(benchmark::benchmark_main STATIC IMPORTED)
+    set_target_properties(benchmark::benchmark_main PROPERTIES
+      IMPORTED_LOCATION "${_ph_tp}/benchmark/lib/libbenchmark_main.a"
+      INTERFACE_LINK_LIBRARIES benchmark::benchmark)
+  endif()
   if(NOT TARGET benchmark::benchmark)
     message(STATUS "prefixhit: Google Benchmark not found; use `prefixhit bench` instead")
     set(PREFIXHIT_BUILD_BENCHMARKS OFF)
