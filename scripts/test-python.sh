@@ -30,10 +30,8 @@ if [ -z "$have_cmake" ] || ! version_at_least "$have_cmake" 3.25; then
 fi
 command -v ninja >/dev/null 2>&1 || pip_install ninja
 
-build_args=()
-if [ "${PREFIXHIT_PY_CUDA:-}" = "OFF" ]; then
-  build_args+=(-C cmake.define.PREFIXHIT_ENABLE_CUDA=OFF)
-fi
+# Always explicit: the build folder is reused, and a cached OFF from an earlier run must not stick.
+build_args=(-C "cmake.define.PREFIXHIT_ENABLE_CUDA=${PREFIXHIT_PY_CUDA:-ON}")
 echo "== building and installing prefixhit (pip install .)"
 pip_install --no-build-isolation "${build_args[@]}" .
 
