@@ -73,6 +73,12 @@ struct DeviceIndexSource {
   Namespace ns;
   const BlockDigest* hashes;  ///< the request's digests
 
+  /// Starts the load of digest `index` into L1 ahead of its probe (has_prefetch): the round's
+  /// digest loads then overlap, and each probe's chain starts from a cached digest.
+  __device__ __forceinline__ void prefetch(std::int64_t index) const {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(hashes + index));
+  }
+
   __device__ __forceinline__ bool contains(int group_id, std::int64_t index) const {
     // Bring the digest into registers with wide read-only loads (two 16-byte loads where the
     // array allows, as cudaMalloc'd digest arrays do), so the index hashes and compares a

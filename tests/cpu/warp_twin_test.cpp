@@ -395,7 +395,17 @@ struct KeySetSource {
     }
     return store->contains(group_id, hashes[index]);
   }
+  /// As the device index source, the probe hints each key first (has_prefetch): the hint must
+  /// stay inside the request too, since the device turns it into a load.
+  void prefetch(std::int64_t index) const {
+    if (index < 0 || index >= n) {
+      ++*out_of_range;
+    }
+  }
 };
+static_assert(prefixhit::detail::has_prefetch<KeySetSource>::value &&
+                  !prefixhit::detail::has_prefetch<prefixhit::detail::PresenceTableSource>::value,
+              "the twin covers both probe paths");
 
 /// A batch's output arrays on the host, poisoned so that an unwritten entry shows.
 struct Outputs {

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "prefixhit/detail/finders.hpp"
 #include "prefixhit/detail/hd.hpp"
@@ -21,6 +23,16 @@
 namespace prefixhit::detail {
 
 inline constexpr int kWarpSize = 32;
+
+/// Whether a Source offers `prefetch(hash_index)`: a hint, issued for every key of a probe round
+/// before the first `contains`, so that the round's first loads overlap instead of waiting for
+/// one another (a device-index probe is a loop of dependent loads per key).
+template <class Source, class = void>
+struct has_prefetch : std::false_type {};
+template <class Source>
+struct has_prefetch<Source,
+                    std::void_t<decltype(std::declval<const Source&>().prefetch(std::int64_t{}))>>
+    : std::true_type {};
 
 /// Lane `lane`'s keys of a probe round: the round covers `windows` consecutive windows of
 /// MaxWindow keys of spec group `sg`, the first one `count` keys long, starting at hash index
@@ -35,6 +47,28 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t lane_round_bits(
     int count, int windows, std::int64_t n, int lane) {
   constexpr int kKeysPerLane = MaxWindow / kWarpSize;
   const SpecGroupPlan& spec = plan.spec_groups[sg];
+  auto probed = [&](int w, int j, std::int64_t& index) {
+    const int k = lane + kWarpSize * j;
+    const int limit = w == 0 ? count : (w < windows ? MaxWindow : 0);
+    index = first + static_cast<std::int64_t>(w * MaxWindow + k) * step;
+    return k < limit && (w == 0 || (index >= 0 && index < n));
+  };
+  if constexpr (has_prefetch<Source>::value) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int w = 0; w < MaxRoundWindows; ++w) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < kKeysPerLane; ++j) {
+        std::int64_t index = 0;
+        if (probed(w, j, index)) {
+          source.prefetch(index);
+        }
+      }
+    }
+  }
   std::uint32_t bits = 0;
   // Fully unrolled over the round's keys, so that independent loads (a presence table's bytes)
   // are all in flight at once rather than one round trip after another.
@@ -42,14 +76,12 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t lane_round_bits(
 #pragma unroll
 #endif
   for (int w = 0; w < MaxRoundWindows; ++w) {
-    const int limit = w == 0 ? count : (w < windows ? MaxWindow : 0);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int j = 0; j < kKeysPerLane; ++j) {
-      const int k = lane + kWarpSize * j;
-      const std::int64_t index = first + static_cast<std::int64_t>(w * MaxWindow + k) * step;
-      if (k < limit && (w == 0 || (index >= 0 && index < n))) {
+      std::int64_t index = 0;
+      if (probed(w, j, index)) {
         // No short circuit: the members' probes are independent loads that can be in flight
         // together, which matters more on the device than skipping the rare second probe.
         bool present = true;
