@@ -6,7 +6,9 @@
 //
 // Layout of a batch on the device (all arrays in device memory, R requests, G groups):
 //   digests           [offsets[R]]  request r owns digests [offsets[r], offsets[r+1])
-//   offsets           [R+1]         offsets[0] == 0, non-decreasing
+//   offsets           [R+1]         offsets[0] == 0, non-decreasing, offsets[R] <= digests
+//                                   (a decreasing pair gives status invalid_argument; offsets
+//                                   past the digest array are the caller's to avoid)
 //   max_lengths       [R]           0 <= max_lengths[r] < (n_r+1)*H, else status invalid_argument
 //   apply_eagle       [R] or null   null means "true" for every request
 // Results (device memory, row r, column g = group id; the CPU BatchLookupResult's layout):
@@ -23,7 +25,8 @@
 //     block starts at G*offsets[r] and entry (g, i) is at G*offsets[r] + g*n_r + i, nonzero when
 //     (g, hashes[i]) is in the store. This is a remote store's answer to the requests' KeyPlans
 //     (Coordinator::key_plan) scattered into place (see scatter_plan_answers); entries outside the
-//     plan must be zero, which is how PlanAnswers treats them.
+//     plan must be zero, which is how PlanAnswers treats them. Bytes rather than packed bits,
+//     so that a runtime can scatter answers from many threads without atomics.
 //
 // Stream ordering: every call enqueues its work on the given stream and reads its inputs and
 // writes its outputs in stream order. `_async` calls return once the work is enqueued; the
@@ -151,7 +154,8 @@ std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id
 /// reduction when first_failed is asked for).
 ///
 /// Thread safety: device-array calls may run concurrently from several threads and streams
-/// (they share nothing but the read-only plan). Host overloads serialise on the engine.
+/// (they share nothing but the read-only plan). Host overloads serialise on the engine. A
+/// moved-from engine may only be destroyed or assigned to.
 class BatchLookupEngine {
  public:
   /// Copies the coordinator's configuration and plan. Throws Unavailable without CUDA or a
@@ -179,7 +183,8 @@ class BatchLookupEngine {
               const DeviceLookupOutput& out, cudaStream_t stream,
               LookupTiming* timing = nullptr) const;
 
-  /// Existence from a caller's presence table (device memory, layout above).
+  /// Existence from a caller's presence table (device memory, layout above; required whenever
+  /// num_requests > 0).
   void lookup_async(const DeviceBatch& batch, const std::uint8_t* presence,
                     const DeviceLookupOutput& out, cudaStream_t stream) const;
   void lookup(const DeviceBatch& batch, const std::uint8_t* presence, const DeviceLookupOutput& out,
