@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "host/cli/bench.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/detail/warp_probe.hpp"
 #include "prefixhit/device_block_index.hpp"
@@ -38,7 +39,6 @@ namespace {
 
 using prefixhit::BlockDigest;
 using prefixhit::Config;
-using prefixhit::GroupSpec;
 namespace gpu = prefixhit::gpu;
 
 constexpr std::int64_t kTokens = 131072;
@@ -48,40 +48,6 @@ void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
   }
-}
-
-// The workload shapes of `prefixhit bench` (host/cli/workloads.cpp), repeated here because this
-// suite's target does not link the CLI's workloads library.
-Config dsv4_flash() {
-  Config c;
-  c.hash_block_size = 4;
-  c.scheduler_block_size = 256;
-  c.use_eagle = true;
-  c.groups = {GroupSpec::full_attention(256), GroupSpec::sliding_window_attention(64, 128),
-              GroupSpec::sliding_window_attention(64, 128, true),
-              GroupSpec::sliding_window_attention(4, 8),
-              GroupSpec::sliding_window_attention(8, 128)};
-  return c;
-}
-
-Config fa_3swa() {
-  Config c;
-  c.hash_block_size = 16;
-  c.scheduler_block_size = 64;
-  c.use_eagle = true;
-  c.groups = {GroupSpec::full_attention(64), GroupSpec::sliding_window_attention(16, 1024),
-              GroupSpec::sliding_window_attention(16, 1024, true),
-              GroupSpec::sliding_window_attention(32, 4096)};
-  return c;
-}
-
-Config fa_mamba_align() {
-  Config c;
-  c.hash_block_size = 16;
-  c.scheduler_block_size = 64;
-  c.groups = {GroupSpec::full_attention(64),
-              GroupSpec::mamba(64, prefixhit::MambaCacheMode::align)};
-  return c;
 }
 
 /// Distinct pseudo-random digests: digest i is four splitmix64 outputs of (seed, i).
@@ -235,7 +201,7 @@ std::unique_ptr<Dataset> build_dataset(const std::string& name, const Config& co
   // Both store shapes: every block key of every group, and the same less the block covering
   // the token at 3/4 of the prompt (the CLI bench's with_hole).
   std::size_t keys_total = 0;
-  for (const GroupSpec& g : config.groups) {
+  for (const prefixhit::GroupSpec& g : config.groups) {
     keys_total += static_cast<std::size_t>(2 * (kTokens / g.block_size) * kMaxRequests);
   }
   prefixhit::DeviceBlockIndexOptions options;
@@ -288,9 +254,7 @@ Dataset& dataset(const std::string& name) {
   auto it = cache.find(name);
   if (it == cache.end()) {
     cache.clear();  // one workload on the device at a time
-    const Config config = name == "dsv4-flash" ? dsv4_flash()
-                          : name == "fa-3swa"  ? fa_3swa()
-                                               : fa_mamba_align();
+    const Config config = prefixhit::cli::make_workload(name).config;
     it = cache.emplace(name, build_dataset(name, config)).first;
   }
   return *it->second;
