@@ -23,6 +23,10 @@ steps=("$@")
 # the ASan run).
 tsan_tests='IndexStress|Concurrent|Batch|Parallel'
 
+stress_figures() {  # stress_figures DIR: the stress test's operation counts under this sanitizer
+  "$1/tests/prefixhit_tests" --gtest_filter='IndexStress.*' 2>&1 | grep -E '^\[ stress' || true
+}
+
 configure() {  # configure DIR SANITIZERS
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPREFIXHIT_ENABLE_CUDA=OFF \
     -DPREFIXHIT_SANITIZE="$2" -DPREFIXHIT_BUILD_TESTS=ON -DPREFIXHIT_BUILD_CLI=ON \
@@ -49,6 +53,7 @@ for step in "${steps[@]}"; do
         --no-tests=error -LE gpu; then
         status=1
       fi
+      stress_figures "$asan_dir"
       echo "== sanitizers: ASan+UBSan done in $((SECONDS - start)) s"
       ;;
     tsan)
@@ -61,6 +66,7 @@ for step in "${steps[@]}"; do
         --no-tests=error -R "$tsan_tests" -LE gpu; then
         status=1
       fi
+      stress_figures "$tsan_dir"
       echo "== sanitizers: ThreadSanitizer done in $((SECONDS - start)) s"
       ;;
     *)

@@ -311,8 +311,8 @@ TEST(ErrorInput, AbsurdIndexCapacityIsAnErrorNotACrash) {
   expect_error<CapacityExceeded>([&] { BlockIndex{o}; }, "cannot allocate", "2^50 slots");
 }
 
-// Open findings of fuzz_vectors (fuzz/findings/README.md): absurd sizes overflow the max_length
-// check (UBSan) and make store_mask allocate terabytes (ASan). Enable with the fix.
+// Former findings of fuzz_vectors (fuzz/findings/README.md): absurd sizes overflowed the
+// max_length check (UBSan) and made store_mask allocate terabytes (ASan).
 TEST(ErrorInput, AbsurdSizesAreErrorsNotUndefinedBehaviour) {
   Config big;
   big.hash_block_size = std::int64_t{1} << 62;
