@@ -418,6 +418,13 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
                           std::to_string(kBucketSlots) + " slots, got " +
                           std::to_string(options.max_capacity));
   }
+  // A request for more slots than any machine holds is a mistake, not a reason to wrap around
+  // to a tiny table.
+  constexpr std::uint64_t kMaxInitialSlots = std::uint64_t{1} << 40;
+  if (static_cast<std::uint64_t>(options.initial_capacity) > kMaxInitialSlots) {
+    throw InvalidArgument("BlockIndexOptions.initial_capacity must be at most 2^40 slots, got " +
+                          std::to_string(options.initial_capacity));
+  }
   impl_->options = options;
   impl_->seed = options.seed != 0 ? options.seed : random_seed();
   impl_->hash_key = detail::make_hash_key(impl_->seed);

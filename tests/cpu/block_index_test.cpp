@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -523,6 +524,15 @@ TEST(BlockIndex, ConcurrentReadersAndWritersSeeWholeBatches) {
   std::vector<std::uint8_t> out(stable.size());
   index.contains(0, 0, all(stable), out.data());
   EXPECT_EQ(std::count(out.begin(), out.end(), 1), static_cast<long>(stable.size()));
+}
+
+TEST(BlockIndexOptionsCheck, AbsurdInitialCapacityIsAnErrorNotATinyTable) {
+  BlockIndexOptions options;
+  options.initial_capacity = std::numeric_limits<std::size_t>::max();
+  EXPECT_THROW(BlockIndex{options}, InvalidArgument);
+  options.initial_capacity = 1000;
+  const BlockIndex sized(options);
+  EXPECT_GE(sized.capacity(), 1000U);
 }
 
 }  // namespace
