@@ -46,9 +46,9 @@ void Coordinator::validate_batch(const LookupBatch& batch) const {
   for (std::size_t i = 0; i < r; ++i) {
     const std::int64_t n = batch.offsets[i + 1] - batch.offsets[i];
     if (!detail::max_length_in_range(plan_, n, batch.max_lengths[i])) {
-      throw InvalidArgument("request " + std::to_string(i) + ": " +
-                            detail::max_length_message("max_length", batch.max_lengths[i], n,
-                                                       plan_.hash_block_size));
+      throw InvalidArgument(
+          "request " + std::to_string(i) + ": " +
+          detail::max_length_message("max_length", batch.max_lengths[i], n, plan_.hash_block_size));
     }
   }
 }

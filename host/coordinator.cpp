@@ -55,7 +55,8 @@ void require_positive(std::int64_t value, const std::string& what) {
     throw InvalidConfig(what + " must be positive, got " + std::to_string(value));
   }
   if (value > detail::kMaxConfigTokens) {
-    throw InvalidConfig(what + " (" + std::to_string(value) + ") exceeds the supported maximum of " +
+    throw InvalidConfig(what + " (" + std::to_string(value) +
+                        ") exceeds the supported maximum of " +
                         std::to_string(detail::kMaxConfigTokens) + " tokens");
   }
 }

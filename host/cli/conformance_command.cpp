@@ -51,12 +51,12 @@ int run_conformance(const ConformanceOptions& options) {
 void add_conformance_command(CLI::App& app) {
   auto options = std::make_shared<ConformanceOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "conformance", "Run conformance vectors (files or folders of *.json) and compare bit for bit");
+      "conformance",
+      "Run conformance vectors (files or folders of *.json) and compare bit for bit");
   cmd->add_option("--backend", options->backend, "Where lookups run: cpu or gpu")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
-  cmd->add_option("--max-failures", options->max_failures_shown,
-                  "Failing cases printed per file")
+  cmd->add_option("--max-failures", options->max_failures_shown, "Failing cases printed per file")
       ->capture_default_str();
   cmd->add_option("paths", options->paths,
                   "Vector files or folders (default: $PREFIXHIT_VECTORS or the configured folder)");

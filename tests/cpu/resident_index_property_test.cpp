@@ -49,8 +49,8 @@ TEST(ResidentIndex, LookupsEqualTheCallersSet) {
     copy_store(store, config, hashes, index, ns);
     // The same digests in a neighbouring namespace must not change anything.
     copy_store(random_store(rng, config, hashes), config, hashes, index, ns + 1);
-    const std::int64_t max_len = random_max_length(rng, static_cast<std::int64_t>(hashes.size()),
-                                                   config.hash_block_size);
+    const std::int64_t max_len =
+        random_max_length(rng, static_cast<std::int64_t>(hashes.size()), config.hash_block_size);
     const bool apply_eagle = rng() % 3 != 0;
     try {
       const LookupResult expected = c.find_longest_cache_hit(hashes, max_len, store, apply_eagle);
