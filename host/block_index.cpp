@@ -23,7 +23,6 @@ static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must
 
 namespace {
 
-using detail::BucketTags;
 using detail::kBucketShift;
 using detail::kBucketSlots;
 using detail::SlotKey;

@@ -382,9 +382,9 @@ IndexFileStats load_from(ByteSource& src, const std::string& origin, BlockIndex&
   const auto begin = [&](std::uint64_t key_count) {
     BlockIndexOptions options = into.options();
     const double wanted = static_cast<double>(key_count) / options.max_load_factor + 1.0;
-    std::size_t slots = wanted >= static_cast<double>(std::numeric_limits<std::size_t>::max() / 2)
-                            ? std::numeric_limits<std::size_t>::max() / 2
-                            : static_cast<std::size_t>(wanted);
+    constexpr std::size_t kMaxSlots = std::numeric_limits<std::size_t>::max() / 2;
+    std::size_t slots =
+        wanted >= static_cast<double>(kMaxSlots) ? kMaxSlots : static_cast<std::size_t>(wanted);
     if (options.max_capacity != 0) {
       slots = std::min(slots, options.max_capacity);
     }
@@ -393,31 +393,28 @@ IndexFileStats load_from(ByteSource& src, const std::string& origin, BlockIndex&
   };
   std::vector<std::int32_t> group_ids;
   std::vector<BlockDigest> keys;
-  const IndexFileStats stats =
-      read_image(src, origin, begin, [&](const std::vector<Record>& records) {
-        // Records are sorted by namespace, so each namespace is one contiguous run.
-        for (std::size_t first = 0; first < records.size();) {
-          std::size_t end = first;
-          group_ids.clear();
-          keys.clear();
-          while (end < records.size() && records[end].ns == records[first].ns) {
-            group_ids.push_back(records[end].group_id);
-            keys.push_back(records[end].key);
-            ++end;
-          }
-          try {
-            fresh->insert(records[first].ns, span<const std::int32_t>(group_ids),
-                          span<const BlockDigest>(keys));
-          } catch (const InvalidArgument& e) {
-            throw FormatError("index file '" + origin +
-                              "': the index rejected a record: " + e.what());
-          } catch (const CapacityExceeded& e) {
-            throw CapacityExceeded("index file '" + origin +
-                                   "' does not fit the index: " + e.what());
-          }
-          first = end;
-        }
-      });
+  IndexFileStats stats = read_image(src, origin, begin, [&](const std::vector<Record>& records) {
+    // Records are sorted by namespace, so each namespace is one contiguous run.
+    for (std::size_t first = 0; first < records.size();) {
+      std::size_t end = first;
+      group_ids.clear();
+      keys.clear();
+      while (end < records.size() && records[end].ns == records[first].ns) {
+        group_ids.push_back(records[end].group_id);
+        keys.push_back(records[end].key);
+        ++end;
+      }
+      try {
+        fresh->insert(records[first].ns, span<const std::int32_t>(group_ids),
+                      span<const BlockDigest>(keys));
+      } catch (const InvalidArgument& e) {
+        throw FormatError("index file '" + origin + "': the index rejected a record: " + e.what());
+      } catch (const CapacityExceeded& e) {
+        throw CapacityExceeded("index file '" + origin + "' does not fit the index: " + e.what());
+      }
+      first = end;
+    }
+  });
   into = std::move(*fresh);
   return stats;
 }

@@ -16,11 +16,14 @@ if [ ! -f "$build/compile_commands.json" ]; then
   echo "lint: $build/compile_commands.json missing; configure first"
   exit 1
 fi
-if ! printf '%s\n' "${tidy_sources[@]}" |
-    xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet --warnings-as-errors='*' 2>/dev/null |
-    grep -E 'warning:|error:'; then
-  echo "lint: clang-tidy clean on ${#tidy_sources[@]} files"
-else
+tidy_log=$(mktemp)
+printf '%s\n' "${tidy_sources[@]}" |
+  xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet 2>/dev/null >"$tidy_log"
+if grep -E 'warning:|error:' "$tidy_log"; then
+  echo "lint: clang-tidy reports the findings above"
   rc=1
+else
+  echo "lint: clang-tidy clean on ${#tidy_sources[@]} files"
 fi
+rm -f "$tidy_log"
 exit $rc

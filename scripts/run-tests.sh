@@ -3,7 +3,8 @@
 #   1. the CMake `ci` workflow: configure (CUDA when nvcc exists; host warnings are errors),
 #      build everything, run ctest (unit, property, conformance, C ABI; GPU tests skip without
 #      a GPU and ctest reports them as skipped);
-#   2. the conformance vectors through the CLI, on every backend built here;
+#   2. the conformance vectors through the CLI, on every backend built here, and the linters
+#      (clang-format, clang-tidy: scripts/lint.sh);
 #   3. the Python package and its pytest suite;
 #   4. ASan+UBSan and ThreadSanitizer builds of the CPU suites;
 #   5. a short libFuzzer smoke run of each fuzz target.
@@ -57,6 +58,7 @@ conformance() {
   return $rc
 }
 step conformance conformance
+step lint ./scripts/lint.sh build/ci
 
 step python ./scripts/test-python.sh
 py_line=$(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "${log_dir}/python.log" | tail -1)

@@ -99,6 +99,7 @@ int run_demo(const DemoOptions& options) {
 
   // What the store saw: system prompts, multi-turn chats, document Q&A.
   std::vector<Tokens> system_prompts;
+  system_prompts.reserve(4);
   for (int i = 0; i < 4; ++i) {
     system_prompts.push_back(writer.text(writer.length(800, 4000)));
   }
@@ -131,6 +132,7 @@ int run_demo(const DemoOptions& options) {
 
   // The waiting queue of a scheduler step.
   std::vector<DemoRequest> requests;
+  requests.reserve(chats.size() + documents.size() + 16);
   for (const Tokens& chat : chats) {
     requests.push_back({"chat, next turn", concat(chat, writer.text(writer.length(20, 800)))});
   }

@@ -1,11 +1,13 @@
-// prefixhit: conformance runner, benchmarks and the demo workload.
+// prefixhit: conformance runner, benchmarks, the demo workload and index files.
 #include <exception>
 #include <iostream>
 
 #include "host/cli/commands.hpp"
 #include "prefixhit/errors.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"prefixhit: batched prefix-hit lookups for LLM serving (CPU and CUDA)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "prefixhit 0.1.0");
@@ -17,13 +19,23 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every failure is a message and a non-zero exit, never an abort.
+  try {
+    return run(argc, argv);
   } catch (const prefixhit::Error& e) {
     std::cerr << "prefixhit: error (" << prefixhit::to_string(e.kind()) << "): " << e.what()
               << "\n";
-    return 2;
   } catch (const std::exception& e) {
     std::cerr << "prefixhit: error: " << e.what() << "\n";
-    return 2;
+  } catch (...) {
+    std::cerr << "prefixhit: error: unknown exception\n";
   }
-  return 0;
+  return 2;
 }

@@ -37,8 +37,6 @@ using prefixhit::GroupKind;
 using prefixhit::GroupSpec;
 using prefixhit::KeySet;
 using prefixhit::LookupResult;
-using prefixhit::MambaCacheMode;
-using prefixhit::span;
 
 using prefixhit::testing::cases::describe;
 using prefixhit::testing::cases::fresh_seed;

@@ -129,6 +129,7 @@ struct WarpProbe {
   mutable int ahead_next_ = 0;
   mutable std::int64_t ahead_first_ = 0;
   mutable std::int64_t ahead_step_ = 0;
+  // NOLINTNEXTLINE(bugprone-branch-clone): both arms are 1 only when Lookahead is 1.
   mutable std::uint64_t ahead_bits_[Lookahead > 0 ? Lookahead : 1] = {};
 
   PREFIXHIT_HD std::uint64_t window(int sg, std::int64_t first, std::int64_t step,
