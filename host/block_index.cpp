@@ -421,8 +421,9 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
   // to a tiny table.
   constexpr std::uint64_t kMaxInitialSlots = std::uint64_t{1} << 40;
   if (static_cast<std::uint64_t>(options.initial_capacity) > kMaxInitialSlots) {
-    throw InvalidArgument("BlockIndexOptions.initial_capacity must be at most 2^40 slots, got " +
-                          std::to_string(options.initial_capacity));
+    throw CapacityExceeded("BlockIndex cannot allocate " +
+                           std::to_string(options.initial_capacity) +
+                           " slots: initial_capacity is above the 2^40-slot limit");
   }
   impl_->options = options;
   impl_->seed = options.seed != 0 ? options.seed : random_seed();

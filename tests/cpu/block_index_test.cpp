@@ -529,7 +529,7 @@ TEST(BlockIndex, ConcurrentReadersAndWritersSeeWholeBatches) {
 TEST(BlockIndexOptionsCheck, AbsurdInitialCapacityIsAnErrorNotATinyTable) {
   BlockIndexOptions options;
   options.initial_capacity = std::numeric_limits<std::size_t>::max();
-  EXPECT_THROW(BlockIndex{options}, InvalidArgument);
+  EXPECT_THROW(BlockIndex{options}, CapacityExceeded);
   options.initial_capacity = 1000;
   const BlockIndex sized(options);
   EXPECT_GE(sized.capacity(), 1000U);
