@@ -22,9 +22,12 @@ class span {
  public:
   constexpr span() noexcept = default;
   constexpr span(T* data, std::size_t size) noexcept : data_(data), size_(size) {}
+  /// Any contiguous container (vector, array, string...). A view of const elements may also
+  /// wrap a temporary, which lives until the end of the full expression (a call's argument).
   template <class C, class = std::enable_if_t<
-                         std::is_convertible_v<decltype(std::declval<C&>().data()), T*>>>
-  constexpr span(C& container) noexcept  // NOLINT(google-explicit-constructor)
+                         std::is_convertible_v<decltype(std::declval<C&>().data()), T*> &&
+                         (std::is_const_v<T> || std::is_lvalue_reference_v<C>)>>
+  constexpr span(C&& container) noexcept  // NOLINT(google-explicit-constructor)
       : data_(container.data()), size_(container.size()) {}
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T>>>
   constexpr span(span<U> other) noexcept  // NOLINT(google-explicit-constructor)
