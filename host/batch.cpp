@@ -150,9 +150,12 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
         a < b && (sg.finder == FinderKind::full_attention || sg.finder == FinderKind::mamba);
     // Every block below the bound: in the fixed point a finder may be re-run with any shorter
     // bound, so even chunked local attention can read blocks before max_length's chunk.
-    std::int64_t per = 0;
-    std::int64_t need = 0;
-    std::int64_t shift = 0;
+    // A window group reads only its lookup mask's chunks (R = null: segments of S). Every member
+    // of a spec group has the spec group's EAGLE flag, so the pattern is the spec group's.
+    const bool window = sg.finder == FinderKind::sliding_window;
+    const std::int64_t shift = window && sg.use_eagle ? 1 : 0;
+    const std::int64_t need = window ? detail::ceil_div(sg.window - 1, b) + shift : 0;
+    const std::int64_t per = window ? floor_div(plan_.scheduler_block_size, b) : 0;
     for (int m = 0; m < sg.num_members; ++m) {
       const int gid = plan_.members[sg.first_member + m];
       if (fine) {
@@ -162,12 +165,6 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
         }
         continue;
       }
-      if (sg.finder == FinderKind::sliding_window) {
-        // The lookup mask's pattern (R = null: segments of S).
-        shift = std::binary_search(eagle_group_ids_.begin(), eagle_group_ids_.end(), gid) ? 1 : 0;
-        need = detail::ceil_div(sg.window - 1, b) + shift;
-        per = floor_div(plan_.scheduler_block_size, b);
-      }
       for (std::int64_t j = 0; j < blocks; ++j) {
         if (per > 0 && need < per &&
             (j < shift || detail::floor_mod(j - shift, per) < per - need)) {
@@ -175,7 +172,6 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
         }
         add(gid, (j + 1) * s - 1);
       }
-      per = 0;
     }
   }
   return plan;

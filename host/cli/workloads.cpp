@@ -99,7 +99,6 @@ std::vector<BlockDigest> make_request_hashes(const Workload& workload, std::int6
 void fill_store(BlockIndex& index, Namespace ns, const Coordinator& coordinator,
                 span<const BlockDigest> hashes, std::int64_t tokens, StoreShape shape) {
   const Config& config = coordinator.config();
-  const std::int64_t h = config.hash_block_size;
   std::vector<ChunkMask> masks;
   if (shape == StoreShape::store_mask_roundtrip) {
     masks = coordinator.store_mask(coordinator.align_lookup_length(tokens), 0, tokens);
@@ -122,7 +121,6 @@ void fill_store(BlockIndex& index, Namespace ns, const Coordinator& coordinator,
     }
     index.insert(ns, static_cast<int>(g), kept);
   }
-  static_cast<void>(h);
 }
 
 }  // namespace prefixhit::cli
