@@ -16,7 +16,7 @@ log() { echo "[gpu-check $(date +%H:%M:%S)] $*"; }
 declare -a rows=()
 row() { rows+=("| $1 | $2 | $3 |"); }
 
-vectors=../shared/conformance/vectors
+vectors=tests/data/conformance
 [ -d "$vectors" ] || vectors=$PWD/.carry/vectors
 build=build/gpu-check
 

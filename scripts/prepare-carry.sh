@@ -16,5 +16,5 @@ cp -r /usr/include/benchmark .carry/benchmark/include/
 cp /usr/lib/x86_64-linux-gnu/libbenchmark.so.1.7.1 .carry/benchmark/lib/libbenchmark.so
 cp /usr/lib/x86_64-linux-gnu/libbenchmark_main.a .carry/benchmark/lib/
 mkdir -p .carry/vectors
-cp ../shared/conformance/vectors/*.json .carry/vectors/
+cp tests/data/conformance/*.json .carry/vectors/
 du -sh .carry

@@ -48,12 +48,12 @@ count_ctest "${log_dir}/ctest.log"
 
 conformance() {
   local cli=./build/ci/host/cli/prefixhit rc=0
-  "$cli" conformance ../shared/conformance/vectors || rc=1
-  if "$cli" conformance --backend gpu ../shared/conformance/vectors/dsv4.json >/dev/null 2>&1; then
-    "$cli" conformance --backend gpu ../shared/conformance/vectors || rc=1
+  "$cli" conformance tests/data/conformance || rc=1
+  if "$cli" conformance --backend gpu tests/data/conformance/dsv4.json >/dev/null 2>&1; then
+    "$cli" conformance --backend gpu tests/data/conformance || rc=1
   else
     echo "conformance --backend gpu: skipped ($("$cli" conformance --backend gpu \
-      ../shared/conformance/vectors/dsv4.json 2>&1 | tail -1))"
+      tests/data/conformance/dsv4.json 2>&1 | tail -1))"
   fi
   return $rc
 }

@@ -5,7 +5,7 @@
 #
 # Environment:
 #   PYTHON            interpreter to use (default: python3)
-#   PREFIXHIT_VECTORS vectors folder (default: ../shared/conformance/vectors)
+#   PREFIXHIT_VECTORS vectors folder (default: tests/data/conformance)
 #   PREFIXHIT_SEED    replay the random tests with this seed
 #   PREFIXHIT_PY_CUDA OFF to build the extension without the CUDA backend even where nvcc exists
 #   PYTEST_ARGS       pytest arguments (default: -ra; the run ends with pytest's "=== N passed ===" line,

@@ -11,7 +11,7 @@
 #include "prefixhit/errors.hpp"
 
 #ifndef PREFIXHIT_DEFAULT_VECTORS_DIR
-#define PREFIXHIT_DEFAULT_VECTORS_DIR "../shared/conformance/vectors"
+#define PREFIXHIT_DEFAULT_VECTORS_DIR "tests/data/conformance"
 #endif
 
 namespace prefixhit::conformance {

@@ -1,7 +1,7 @@
 """Every conformance vector, through the Python API.
 
 The directory is $PREFIXHIT_VECTORS (so held-back sets run the same way), else
-../shared/conformance/vectors relative to the repository root. Each file is run twice: once
+tests/data/conformance in the repository. Each file is run twice: once
 with a Python set as the store (the reference's own type) and once rotating through the
 other store types (KeySet, a list of pairs, the CPU BlockIndex)."""
 

@@ -20,11 +20,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def vectors_dir() -> Path:
-    """$PREFIXHIT_VECTORS, else ../shared/conformance/vectors next to the repository root."""
+    """$PREFIXHIT_VECTORS, else the vendored tests/data/conformance of the repository."""
     env = os.environ.get("PREFIXHIT_VECTORS")
     if env:
         return Path(env)
-    return (REPO_ROOT / ".." / "shared" / "conformance" / "vectors").resolve()
+    return REPO_ROOT / "tests" / "data" / "conformance"
 
 
 def vector_files(directory: Path | None = None) -> list[Path]:
