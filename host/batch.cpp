@@ -58,6 +58,7 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
                                                        const BatchOptions& options) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::find_longest_cache_hits");
   validate_batch(batch);
+  detail::check_store_width(store, config_.digest_size);
   const std::size_t r = batch.num_requests();
   const auto g = static_cast<std::size_t>(plan_.num_groups);
   BatchLookupResult out;
@@ -78,10 +79,14 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
         for (std::size_t i = begin; i < end; ++i) {
           const std::int64_t off = batch.offsets[i];
           const std::int64_t n = batch.offsets[i + 1] - off;
-          const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off};
+          std::int64_t bad_digest = -1;
+          const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off, &bad_digest};
           const bool apply_eagle = batch.apply_eagle.empty() || batch.apply_eagle[i] != 0;
           errors[i] = detail::find_longest_cache_hit(plan_, n, batch.max_lengths[i], apply_eagle,
                                                      probe, spec_hits, out.hit_lengths[i]);
+          if (bad_digest >= 0) {
+            errors[i] = ErrorKind::invalid_argument;  // the re-run below names the hash
+          }
           for (std::size_t gid = 0; gid < g; ++gid) {
             const GroupHit& hit = spec_hits[plan_.spec_group_of[gid]];
             out.num_blocks[i * g + gid] = hit.num_blocks;
@@ -133,6 +138,7 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
   }
   KeyPlan plan;
   plan.num_hashes = n;
+  plan.digest_size = config_.digest_size;
   const std::int64_t h = plan_.hash_block_size;
   const std::int64_t a = plan_.alignment;
   auto add = [&](int group_id, std::int64_t index) {
@@ -174,11 +180,12 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
       }
     }
   }
+  check_digests(plan.keys, config_.digest_size, "key_plan: hashes");
   return plan;
 }
 
 PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, int num_groups)
-    : num_hashes_(plan.num_hashes), num_groups_(num_groups) {
+    : num_hashes_(plan.num_hashes), num_groups_(num_groups), digest_size_(plan.digest_size) {
   if (present.size() != plan.size()) {
     throw InvalidArgument("plan answers: " + std::to_string(present.size()) +
                           " answers for a plan of " + std::to_string(plan.size()) + " keys");

@@ -443,43 +443,54 @@ BlockIndex::~BlockIndex() = default;
 BlockIndex::BlockIndex(BlockIndex&&) noexcept = default;
 BlockIndex& BlockIndex::operator=(BlockIndex&&) noexcept = default;
 
-std::size_t BlockIndex::insert(Namespace ns, int group_id, span<const BlockDigest> keys) {
+std::size_t BlockIndex::insert(Namespace ns, int group_id, span<const BlockDigest> keys,
+                               std::size_t digest_size) {
   validate_key_owner(ns, group_id, "insert");
-  const std::uint32_t meta = detail::pack_meta(ns, group_id);
+  check_digests(keys, digest_size, "BlockIndex::insert: keys");
+  const std::uint32_t meta =
+      detail::pack_meta(ns, group_id, detail::digest_width_code(digest_size));
   return live_impl(impl_).insert_many(
       keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); },
       keys.data());
 }
 
 std::size_t BlockIndex::insert(Namespace ns, span<const std::int32_t> group_ids,
-                               span<const BlockDigest> keys) {
+                               span<const BlockDigest> keys, std::size_t digest_size) {
   validate_group_ids(ns, group_ids, keys.size(), "insert");
+  check_digests(keys, digest_size, "BlockIndex::insert: keys");
+  const std::uint32_t code = detail::digest_width_code(digest_size);
   return live_impl(impl_).insert_many(
       keys.size(),
       [&](std::size_t i) {
-        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i]));
+        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i], code));
       },
       keys.data());
 }
 
-std::size_t BlockIndex::erase(Namespace ns, int group_id, span<const BlockDigest> keys) {
+std::size_t BlockIndex::erase(Namespace ns, int group_id, span<const BlockDigest> keys,
+                              std::size_t digest_size) {
   validate_key_owner(ns, group_id, "erase");
-  const std::uint32_t meta = detail::pack_meta(ns, group_id);
+  check_digests(keys, digest_size, "BlockIndex::erase: keys");
+  const std::uint32_t meta =
+      detail::pack_meta(ns, group_id, detail::digest_width_code(digest_size));
   return live_impl(impl_).erase_many(
       keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); });
 }
 
 std::size_t BlockIndex::erase(Namespace ns, span<const std::int32_t> group_ids,
-                              span<const BlockDigest> keys) {
+                              span<const BlockDigest> keys, std::size_t digest_size) {
   validate_group_ids(ns, group_ids, keys.size(), "erase");
+  check_digests(keys, digest_size, "BlockIndex::erase: keys");
+  const std::uint32_t code = detail::digest_width_code(digest_size);
   return live_impl(impl_).erase_many(keys.size(), [&](std::size_t i) {
-    return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i]));
+    return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i], code));
   });
 }
 
 void BlockIndex::contains(Namespace ns, int group_id, span<const BlockDigest> keys,
-                          std::uint8_t* out) const {
+                          std::uint8_t* out, std::size_t digest_size) const {
   validate_key_owner(ns, group_id, "contains");
+  check_digests(keys, digest_size, "BlockIndex::contains: keys");
   if (keys.empty()) {
     return;
   }
@@ -487,7 +498,8 @@ void BlockIndex::contains(Namespace ns, int group_id, span<const BlockDigest> ke
     throw InvalidArgument("BlockIndex::contains: out is null for " + std::to_string(keys.size()) +
                           " keys");
   }
-  const std::uint32_t meta = detail::pack_meta(ns, group_id);
+  const std::uint32_t meta =
+      detail::pack_meta(ns, group_id, detail::digest_width_code(digest_size));
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   impl.lookup_many(
@@ -495,8 +507,10 @@ void BlockIndex::contains(Namespace ns, int group_id, span<const BlockDigest> ke
 }
 
 void BlockIndex::contains(Namespace ns, span<const std::int32_t> group_ids,
-                          span<const BlockDigest> keys, std::uint8_t* out) const {
+                          span<const BlockDigest> keys, std::uint8_t* out,
+                          std::size_t digest_size) const {
   validate_group_ids(ns, group_ids, keys.size(), "contains");
+  check_digests(keys, digest_size, "BlockIndex::contains: keys");
   if (keys.empty()) {
     return;
   }
@@ -504,19 +518,23 @@ void BlockIndex::contains(Namespace ns, span<const std::int32_t> group_ids,
     throw InvalidArgument("BlockIndex::contains: out is null for " + std::to_string(keys.size()) +
                           " keys");
   }
+  const std::uint32_t code = detail::digest_width_code(digest_size);
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   impl.lookup_many(
       keys.size(),
       [&](std::size_t i) {
-        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i]));
+        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i], code));
       },
       out);
 }
 
-bool BlockIndex::contains(Namespace ns, int group_id, const BlockDigest& key) const {
+bool BlockIndex::contains(Namespace ns, int group_id, const BlockDigest& key,
+                          std::size_t digest_size) const {
   validate_key_owner(ns, group_id, "contains");
-  const SlotKey slot_key = detail::make_slot_key(key, detail::pack_meta(ns, group_id));
+  check_digests(span<const BlockDigest>(&key, 1), digest_size, "BlockIndex::contains: key");
+  const SlotKey slot_key = detail::make_slot_key(
+      key, detail::pack_meta(ns, group_id, detail::digest_width_code(digest_size)));
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   return impl.find(slot_key) >= 0;
@@ -556,6 +574,12 @@ std::uint64_t BlockIndex::hash_seed() const noexcept {
 
 void BlockIndex::for_each(
     const std::function<void(Namespace, int, const BlockDigest&)>& visit) const {
+  for_each_key([&](Namespace ns, int group_id, std::size_t /*digest_size*/,
+                   const BlockDigest& key) { visit(ns, group_id, key); });
+}
+
+void BlockIndex::for_each_key(
+    const std::function<void(Namespace, int, std::size_t, const BlockDigest&)>& visit) const {
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   const Table& t = impl.table;
@@ -563,7 +587,8 @@ void BlockIndex::for_each(
   for (std::uint64_t s = 0; s < slots; ++s) {
     if (detail::is_live_tag(t.tags.get()[s])) {
       const std::uint32_t meta = t.metas.get()[s];
-      visit(detail::meta_namespace(meta), detail::meta_group(meta), t.digests.get()[s]);
+      visit(detail::meta_namespace(meta), detail::meta_group(meta), detail::meta_digest_size(meta),
+            t.digests.get()[s]);
     }
   }
 }
@@ -571,11 +596,12 @@ void BlockIndex::for_each(
 std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                                       std::int64_t step, int count) const {
   if (count <= 0 || hashes == nullptr || !detail::valid_group(group_id) ||
-      !detail::valid_namespace(ns_) || !index_->impl_) {
+      !detail::valid_namespace(ns_) || !BlockDigest::valid_size(digest_size_) || !index_->impl_) {
     return 0;  // such a key can never have been inserted
   }
   const Impl& impl = *index_->impl_;
-  const std::uint32_t meta = detail::pack_meta(ns_, group_id);
+  const std::uint32_t meta =
+      detail::pack_meta(ns_, group_id, detail::digest_width_code(digest_size_));
   const int n = count > 64 ? 64 : count;
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   return impl.lookup_window(

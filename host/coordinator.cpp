@@ -109,6 +109,10 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
                         std::to_string(detail::kMaxConfigTokens) + ", got " +
                         std::to_string(*c.retention_interval));
   }
+  if (!BlockDigest::valid_size(c.digest_size)) {
+    throw InvalidConfig("digest_size must be 8, 16 or 32 bytes, got " +
+                        std::to_string(c.digest_size));
+  }
   for (std::size_t g = 0; g < n_groups; ++g) {
     validate_spec(c.groups[g], g);
   }
@@ -176,6 +180,7 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
            spec.block_size > h;
   });
   plan_.alignment = plan_.partial ? h : s;
+  plan_.digest_size = static_cast<std::int32_t>(c.digest_size);
   plan_.num_groups = static_cast<std::int32_t>(n_groups);
   plan_.num_spec_groups = static_cast<std::int32_t>(spec_groups_.size());
   std::int32_t next_member = 0;
@@ -215,6 +220,7 @@ std::vector<BlockDigest> Coordinator::chunk_keys(span<const BlockDigest> hashes,
   for (std::size_t j = 0; j < blocks; ++j) {
     keys[j] = hashes[(j + 1) * s - 1];
   }
+  check_digests(keys, config_.digest_size, "chunk_keys: keys");
   return keys;
 }
 
@@ -268,6 +274,7 @@ LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::in
   LookupResult result;
   const ErrorKind err = detail::find_longest_cache_hit(plan, n, max_length, apply_eagle, probe,
                                                        spec_hits, result.hit_length);
+  detail::throw_if_bad_digest(probe, plan);
   if (err != ErrorKind::ok) {
     throw_error(err, describe_finder_error(coordinator, err));
   }
@@ -285,7 +292,9 @@ LookupResult Coordinator::find_longest_cache_hit(span<const BlockDigest> hashes,
                                                  const ExistenceSource& store,
                                                  bool apply_eagle) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::find_longest_cache_hit");
-  const detail::SourceProbe probe{&plan_, &store, hashes.data()};
+  detail::check_store_width(store, config_.digest_size);
+  std::int64_t bad_digest = -1;
+  const detail::SourceProbe probe{&plan_, &store, hashes.data(), &bad_digest};
   return lookup_with(*this, static_cast<std::int64_t>(hashes.size()), max_length, apply_eagle,
                      probe, "max_length");
 }

@@ -93,31 +93,43 @@ std::string os_error(const std::string& what, const std::string& path, int err) 
 struct Record {
   Namespace ns = 0;
   std::int32_t group_id = 0;
+  std::uint32_t digest_size = BlockDigest::kSize;
   BlockDigest key;
 };
 
 bool record_less(const Record& a, const Record& b) noexcept {
-  return std::tie(a.ns, a.group_id, a.key.bytes) < std::tie(b.ns, b.group_id, b.key.bytes);
+  return std::tie(a.ns, a.group_id, a.digest_size, a.key.bytes) <
+         std::tie(b.ns, b.group_id, b.digest_size, b.key.bytes);
 }
 
-void encode_record(const Record& r, std::uint8_t* p) noexcept {
+void encode_record(const Record& r, std::uint32_t version, std::uint8_t* p) noexcept {
   put_u32(p, r.ns);
-  put_u32(p + 4, static_cast<std::uint32_t>(r.group_id));
+  const auto group = static_cast<std::uint32_t>(r.group_id);
+  put_u32(p + 4, version == kIndexFileVersion ? group : group | (r.digest_size << 8));
   std::memcpy(p + 8, r.key.bytes.data(), BlockDigest::kSize);
 }
 
-Record decode_record(const std::uint8_t* p) noexcept {
+/// A version 2 record's width bits that are not one of 8, 16, 32 decode to digest_size 0 (or
+/// another invalid value), which the reader reports.
+Record decode_record(const std::uint8_t* p, std::uint32_t version) noexcept {
   Record r;
   r.ns = get_u32(p);
-  r.group_id = static_cast<std::int32_t>(get_u32(p + 4));
+  const std::uint32_t word = get_u32(p + 4);
+  if (version == kIndexFileVersion) {
+    r.group_id = static_cast<std::int32_t>(word);
+  } else {
+    r.group_id = (word >> 16) != 0 ? -1 : static_cast<std::int32_t>(word & 0xFFU);
+    r.digest_size = (word >> 8) & 0xFFU;
+  }
   std::memcpy(r.key.bytes.data(), p + 8, BlockDigest::kSize);
   return r;
 }
 
-std::array<std::uint8_t, kIndexFileHeaderBytes> encode_header(std::uint64_t key_count) noexcept {
+std::array<std::uint8_t, kIndexFileHeaderBytes> encode_header(std::uint64_t key_count,
+                                                              std::uint32_t version) noexcept {
   std::array<std::uint8_t, kIndexFileHeaderBytes> h{};
   std::memcpy(h.data(), kIndexFileMagic, sizeof(kIndexFileMagic));
-  put_u32(h.data() + 8, kIndexFileVersion);
+  put_u32(h.data() + 8, version);
   put_u32(h.data() + 12, static_cast<std::uint32_t>(kIndexFileHeaderBytes));
   put_u32(h.data() + 16, static_cast<std::uint32_t>(kIndexFileRecordBytes));
   put_u32(h.data() + 20, 0);
@@ -131,11 +143,21 @@ std::array<std::uint8_t, kIndexFileHeaderBytes> encode_header(std::uint64_t key_
 std::vector<Record> snapshot(const BlockIndex& index) {
   std::vector<Record> records;
   records.reserve(index.size());
-  index.for_each([&](Namespace ns, int group_id, const BlockDigest& key) {
-    records.push_back(Record{ns, static_cast<std::int32_t>(group_id), key});
-  });
+  index.for_each_key(
+      [&](Namespace ns, int group_id, std::size_t digest_size, const BlockDigest& key) {
+        records.push_back(Record{ns, static_cast<std::int32_t>(group_id),
+                                 static_cast<std::uint32_t>(digest_size), key});
+      });
   std::sort(records.begin(), records.end(), record_less);
   return records;
+}
+
+/// Version 1 while every key is 32 bytes (readable by builds without widths), else version 2.
+std::uint32_t file_version(const std::vector<Record>& records) {
+  const bool narrow = std::any_of(records.begin(), records.end(), [](const Record& r) {
+    return r.digest_size != BlockDigest::kSize;
+  });
+  return narrow ? kIndexFileVersionWithWidths : kIndexFileVersion;
 }
 
 // ---- reading -----------------------------------------------------------------------------------
@@ -271,9 +293,10 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
                       "-byte header");
   }
   const std::uint32_t version = get_u32(header.data() + 8);
-  if (version != kIndexFileVersion) {
+  if (version != kIndexFileVersion && version != kIndexFileVersionWithWidths) {
     throw FormatError(where + "unsupported format version " + std::to_string(version) +
-                      " (this build reads version " + std::to_string(kIndexFileVersion) + ")");
+                      " (this build reads versions " + std::to_string(kIndexFileVersion) + " and " +
+                      std::to_string(kIndexFileVersionWithWidths) + ")");
   }
   const std::uint32_t stored_header_crc = get_u32(header.data() + 36);
   const std::uint32_t header_crc = crc32c(header.data(), 36);
@@ -286,7 +309,7 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
     throw FormatError(where + "header/record sizes " + std::to_string(get_u32(header.data() + 12)) +
                       "/" + std::to_string(get_u32(header.data() + 16)) + " differ from " +
                       std::to_string(kIndexFileHeaderBytes) + "/" +
-                      std::to_string(kIndexFileRecordBytes) + " of version 1");
+                      std::to_string(kIndexFileRecordBytes) + " of versions 1 and 2");
   }
   if (get_u32(header.data() + 20) != 0 || get_u32(header.data() + 32) != 0) {
     throw FormatError(where + "unknown flags or reserved bits set in the header");
@@ -335,7 +358,7 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
     crc = crc32c(buffer.data(), n * kIndexFileRecordBytes, crc);
     records.clear();
     for (std::size_t i = 0; i < n && record_error.empty(); ++i) {
-      const Record r = decode_record(buffer.data() + i * kIndexFileRecordBytes);
+      const Record r = decode_record(buffer.data() + i * kIndexFileRecordBytes, version);
       const std::string at = "record " + std::to_string(done + i) + ": ";
       if (r.ns > kMaxNamespace) {
         record_error = at + "namespace " + std::to_string(r.ns) + " exceeds the 24-bit limit " +
@@ -343,6 +366,12 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
       } else if (r.group_id < 0 || r.group_id > kMaxIndexFileGroupId) {
         record_error = at + "group id " + std::to_string(r.group_id) + " is outside [0, " +
                        std::to_string(kMaxIndexFileGroupId) + "]";
+      } else if (!BlockDigest::valid_size(r.digest_size)) {
+        record_error =
+            at + "digest width " + std::to_string(r.digest_size) + " is not 8, 16 or 32 bytes";
+      } else if (!r.key.fits(r.digest_size)) {
+        record_error = at + "a " + std::to_string(r.digest_size) +
+                       "-byte digest has nonzero bytes past its width";
       } else if (done + i > 0 && !record_less(previous, r)) {
         record_error = at +
                        "records are not in strictly ascending order (duplicated or "
@@ -351,6 +380,7 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
         previous = r;
         ++stats.keys_per_namespace[r.ns];
         ++stats.keys_per_group[{r.ns, r.group_id}];
+        ++stats.keys_per_digest_size[r.digest_size];
         records.push_back(r);
       }
     }
@@ -394,19 +424,28 @@ IndexFileStats load_from(ByteSource& src, const std::string& origin, BlockIndex&
   std::vector<std::int32_t> group_ids;
   std::vector<BlockDigest> keys;
   IndexFileStats stats = read_image(src, origin, begin, [&](const std::vector<Record>& records) {
-    // Records are sorted by namespace, so each namespace is one contiguous run.
+    // Records are sorted by namespace, so each namespace is one contiguous run; a run goes in
+    // as one insert per digest width.
     for (std::size_t first = 0; first < records.size();) {
       std::size_t end = first;
-      group_ids.clear();
-      keys.clear();
       while (end < records.size() && records[end].ns == records[first].ns) {
-        group_ids.push_back(records[end].group_id);
-        keys.push_back(records[end].key);
         ++end;
       }
       try {
-        fresh->insert(records[first].ns, span<const std::int32_t>(group_ids),
-                      span<const BlockDigest>(keys));
+        for (const std::uint32_t width : {32U, 16U, 8U}) {
+          group_ids.clear();
+          keys.clear();
+          for (std::size_t i = first; i < end; ++i) {
+            if (records[i].digest_size == width) {
+              group_ids.push_back(records[i].group_id);
+              keys.push_back(records[i].key);
+            }
+          }
+          if (!keys.empty()) {
+            fresh->insert(records[first].ns, span<const std::int32_t>(group_ids),
+                          span<const BlockDigest>(keys), width);
+          }
+        }
       } catch (const InvalidArgument& e) {
         throw FormatError("index file '" + origin + "': the index rejected a record: " + e.what());
       } catch (const CapacityExceeded& e) {
@@ -479,10 +518,12 @@ std::vector<std::uint8_t> serialize_index(const BlockIndex& index) {
   const std::vector<Record> records = snapshot(index);
   std::vector<std::uint8_t> out(kIndexFileHeaderBytes + records.size() * kIndexFileRecordBytes +
                                 kIndexFileTrailerBytes);
-  const auto header = encode_header(records.size());
+  const std::uint32_t version = file_version(records);
+  const auto header = encode_header(records.size(), version);
   std::memcpy(out.data(), header.data(), header.size());
   for (std::size_t i = 0; i < records.size(); ++i) {
-    encode_record(records[i], out.data() + kIndexFileHeaderBytes + i * kIndexFileRecordBytes);
+    encode_record(records[i], version,
+                  out.data() + kIndexFileHeaderBytes + i * kIndexFileRecordBytes);
   }
   const std::size_t body = out.size() - kIndexFileTrailerBytes;
   put_u32(out.data() + body, crc32c(out.data(), body));
@@ -513,9 +554,9 @@ IndexFileStats save_index(const BlockIndex& index, const std::string& path) {
   Fd fd(raw);
 
   IndexFileStats stats;
-  stats.format_version = kIndexFileVersion;
+  stats.format_version = file_version(records);
   stats.key_count = records.size();
-  const auto header = encode_header(records.size());
+  const auto header = encode_header(records.size(), stats.format_version);
   write_all(fd.get(), header.data(), header.size(), guard.path);
   std::uint32_t crc = crc32c(header.data(), header.size());
   constexpr std::size_t kChunk = 4096;
@@ -524,9 +565,10 @@ IndexFileStats save_index(const BlockIndex& index, const std::string& path) {
     const std::size_t n = std::min(kChunk, records.size() - done);
     for (std::size_t i = 0; i < n; ++i) {
       const Record& r = records[done + i];
-      encode_record(r, buffer.data() + i * kIndexFileRecordBytes);
+      encode_record(r, stats.format_version, buffer.data() + i * kIndexFileRecordBytes);
       ++stats.keys_per_namespace[r.ns];
       ++stats.keys_per_group[{r.ns, r.group_id}];
+      ++stats.keys_per_digest_size[r.digest_size];
     }
     crc = crc32c(buffer.data(), n * kIndexFileRecordBytes, crc);
     write_all(fd.get(), buffer.data(), n * kIndexFileRecordBytes, guard.path);

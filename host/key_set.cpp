@@ -32,16 +32,21 @@ struct KeySet::Impl {
   std::unordered_set<GroupKey, GroupKeyHash> keys;
 };
 
-KeySet::KeySet() : impl_(std::make_unique<Impl>()) {}
+KeySet::KeySet(std::size_t digest_size)
+    : digest_size_(digest_size), impl_(std::make_unique<Impl>()) {
+  check_digest_size(digest_size, "KeySet");
+}
 KeySet::~KeySet() = default;
 KeySet::KeySet(KeySet&&) noexcept = default;
 KeySet& KeySet::operator=(KeySet&&) noexcept = default;
 
 bool KeySet::insert(int group_id, const BlockDigest& key) {
+  check_digests(span<const BlockDigest>(&key, 1), digest_size_, "KeySet::insert: key");
   return impl_->keys.insert(GroupKey{group_id, key}).second;
 }
 
 bool KeySet::contains(int group_id, const BlockDigest& key) const {
+  // Every stored key fits the set's width, so a key that does not can never be present.
   return impl_->keys.count(GroupKey{group_id, key}) != 0;
 }
 

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/errors.hpp"
 #include "prefixhit/existence.hpp"
 
 namespace prefixhit::detail {
@@ -12,9 +15,23 @@ inline std::uint64_t low_bits(int count) {
   return count >= 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << count) - 1);
 }
 
+/// Throws InvalidArgument unless the store holds keys of the coordinator's digest width.
+inline void check_store_width(const ExistenceSource& store, std::size_t digest_size) {
+  if (store.digest_size() != digest_size) {
+    throw InvalidArgument("the store holds " + std::to_string(store.digest_size()) +
+                          "-byte digests but the coordinator's digest_size is " +
+                          std::to_string(digest_size));
+  }
+}
+
 /// Answers a window from any ExistenceSource: a key is present for a spec group only if every
 /// member group holds it. Small first windows keep the window scans (which usually stop after a
 /// few blocks) cheap; doubling keeps long full-attention walks at one call per 64 blocks.
+///
+/// Narrow digests (plan->digest_size < 32): each hash a window reads must have zero bytes past
+/// the width. Only the probed hashes are checked (a lookup reads a few hundred of tens of
+/// thousands); the first bad index goes to *bad_digest, the window answers "absent" and the
+/// caller throws after the finder returns (throw_if_bad_digest).
 struct SourceProbe {
   static constexpr int kFirstWindow = 8;
   static constexpr int kMaxWindow = 64;
@@ -22,8 +39,32 @@ struct SourceProbe {
   const LookupPlan* plan;
   const ExistenceSource* source;
   const BlockDigest* hashes;
+  std::int64_t* bad_digest = nullptr;  ///< -1, or the first probed hash that does not fit
+
+  bool hashes_fit(std::int64_t first, std::int64_t step, int count) const {
+    const auto first_word = static_cast<std::size_t>(plan->digest_size) / 8;
+    for (int k = 0; k < count; ++k) {
+      std::uint64_t words[4];
+      std::memcpy(words, hashes + first + k * step, sizeof(words));
+      std::uint64_t tail = 0;
+      for (std::size_t w = first_word; w < 4; ++w) {
+        tail |= words[w];
+      }
+      if (tail != 0) {
+        const std::int64_t index = first + k * step;
+        if (*bad_digest < 0 || index < *bad_digest) {
+          *bad_digest = index;
+        }
+        return false;
+      }
+    }
+    return true;
+  }
 
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
+    if (plan->digest_size < 32 && bad_digest != nullptr && !hashes_fit(first, step, count)) {
+      return 0;
+    }
     std::uint64_t bits = low_bits(count);
     const SpecGroupPlan& spec = plan->spec_groups[sg];
     for (int m = 0; m < spec.num_members && bits != 0; ++m) {
@@ -32,6 +73,18 @@ struct SourceProbe {
     return bits;
   }
 };
+
+inline void throw_if_bad_digest(const SourceProbe& probe, const LookupPlan& plan) {
+  if (probe.bad_digest != nullptr && *probe.bad_digest >= 0) {
+    throw InvalidArgument("hashes[" + std::to_string(*probe.bad_digest) + "] is not a " +
+                          std::to_string(plan.digest_size) +
+                          "-byte digest (the coordinator's "
+                          "digest_size): bytes past " +
+                          std::to_string(plan.digest_size) + " must be zero");
+  }
+}
+template <class Probe>
+void throw_if_bad_digest(const Probe& /*probe*/, const LookupPlan& /*plan*/) {}
 
 /// The store that holds every key (load_mask).
 struct AllPresentProbe {

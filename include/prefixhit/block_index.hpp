@@ -1,4 +1,5 @@
-// The resident CPU block index: a set of (namespace, group id, 32-byte digest).
+// The resident CPU block index: a set of (namespace, group id, digest) keys, digests of 8, 16 or
+// 32 bytes.
 #pragma once
 
 #include <cstddef>
@@ -26,8 +27,14 @@ struct BlockIndexOptions {
 /// Layout and hashing: open addressing over buckets of 32 slots with an 8-bit tag per slot
 /// (the slot logic of detail/index_slots.hpp, shared with the GPU DeviceBlockIndex). The hash is
 /// seeded (options.seed, or a random seed when 0), so crafted digests cannot flood one bucket.
-/// A key is reported present only after its tag, namespace, group id and all 32 digest bytes
-/// compare equal.
+/// A key is reported present only after its tag, namespace, group id, digest width and all 32
+/// digest bytes compare equal.
+///
+/// Digest widths: every call takes the width of its keys (`digest_size`: 8, 16 or 32 bytes,
+/// default 32; see BlockDigest). The width is part of the key: the same bytes inserted as an
+/// 8-byte and as a 32-byte digest are two keys, and a lookup finds only keys of its own width.
+/// A key with a nonzero byte past the width is an InvalidArgument (nothing is applied). A vLLM
+/// KV event's integer hash h goes in as insert(ns, group, {BlockDigest::from_int_hash(h)}, 8).
 ///
 /// Capacity: capacity() counts slots (a power-of-two number of 32-slot buckets). The index holds
 /// at most max_load_factor * capacity() keys and grows (doubling, rehashing) past that; erased
@@ -54,19 +61,25 @@ class BlockIndex {
   /// Inserts keys for one group; returns how many were new (duplicates in `keys` count once).
   /// Throws CapacityExceeded (and inserts nothing) when the keys would not fit under
   /// max_capacity; InvalidArgument (inserting nothing) for a namespace above kMaxNamespace or a
-  /// group id outside [0, kMaxGroups).
-  std::size_t insert(Namespace ns, int group_id, span<const BlockDigest> keys);
+  /// group id outside [0, kMaxGroups), a digest_size other than 8, 16 or 32, or a key that is
+  /// not of that width.
+  std::size_t insert(Namespace ns, int group_id, span<const BlockDigest> keys,
+                     std::size_t digest_size = BlockDigest::kSize);
   /// Per-key group ids (group_ids.size() == keys.size()).
-  std::size_t insert(Namespace ns, span<const std::int32_t> group_ids,
-                     span<const BlockDigest> keys);
+  std::size_t insert(Namespace ns, span<const std::int32_t> group_ids, span<const BlockDigest> keys,
+                     std::size_t digest_size = BlockDigest::kSize);
   /// Erases keys; absent keys are ignored. Returns how many were removed.
-  std::size_t erase(Namespace ns, int group_id, span<const BlockDigest> keys);
-  std::size_t erase(Namespace ns, span<const std::int32_t> group_ids, span<const BlockDigest> keys);
+  std::size_t erase(Namespace ns, int group_id, span<const BlockDigest> keys,
+                    std::size_t digest_size = BlockDigest::kSize);
+  std::size_t erase(Namespace ns, span<const std::int32_t> group_ids, span<const BlockDigest> keys,
+                    std::size_t digest_size = BlockDigest::kSize);
   /// out[i] = 1 if present, else 0. `out` has keys.size() entries.
-  void contains(Namespace ns, int group_id, span<const BlockDigest> keys, std::uint8_t* out) const;
+  void contains(Namespace ns, int group_id, span<const BlockDigest> keys, std::uint8_t* out,
+                std::size_t digest_size = BlockDigest::kSize) const;
   void contains(Namespace ns, span<const std::int32_t> group_ids, span<const BlockDigest> keys,
-                std::uint8_t* out) const;
-  bool contains(Namespace ns, int group_id, const BlockDigest& key) const;
+                std::uint8_t* out, std::size_t digest_size = BlockDigest::kSize) const;
+  bool contains(Namespace ns, int group_id, const BlockDigest& key,
+                std::size_t digest_size = BlockDigest::kSize) const;
 
   std::size_t size() const noexcept;
   std::size_t capacity() const noexcept;
@@ -79,21 +92,30 @@ class BlockIndex {
 
   /// Visits every key (in no particular order) under a consistent snapshot.
   void for_each(const std::function<void(Namespace, int, const BlockDigest&)>& visit) const;
+  /// The same, with each key's digest width (8, 16 or 32): (ns, group id, digest_size, digest).
+  void for_each_key(
+      const std::function<void(Namespace, int, std::size_t, const BlockDigest&)>& visit) const;
 
-  /// An ExistenceSource over one namespace, for Coordinator lookups. It borrows the index.
-  /// probe() hashes the whole window first and prefetches its buckets; a bad group id or
-  /// namespace simply never matches (probe is called on hot paths and does not throw).
+  /// An ExistenceSource over the keys of one namespace and one digest width, for Coordinator
+  /// lookups (whose Config::digest_size must match). It borrows the index.
+  /// probe() hashes the whole window first and prefetches its buckets; a bad group id, namespace
+  /// or width simply never matches (probe is called on hot paths and does not throw).
   class View final : public ExistenceSource {
    public:
-    View(const BlockIndex& index, Namespace ns) : index_(&index), ns_(ns) {}
+    View(const BlockIndex& index, Namespace ns, std::size_t digest_size = BlockDigest::kSize)
+        : index_(&index), ns_(ns), digest_size_(digest_size) {}
     std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                         std::int64_t step, int count) const override;
+    std::size_t digest_size() const noexcept override { return digest_size_; }
 
    private:
     const BlockIndex* index_;
     Namespace ns_;
+    std::size_t digest_size_;
   };
-  View view(Namespace ns) const { return View(*this, ns); }
+  View view(Namespace ns, std::size_t digest_size = BlockDigest::kSize) const {
+    return View(*this, ns, digest_size);
+  }
 
  private:
   struct Impl;

@@ -52,19 +52,25 @@ struct KeyPlan {
   std::vector<std::int64_t> hash_indices;  ///< per entry: the key is hashes[hash_index]
   std::vector<BlockDigest> keys;           ///< per entry
 
+  /// The width of `keys`: the coordinator's Config::digest_size.
+  std::size_t digest_size = BlockDigest::kSize;
+
   std::size_t size() const noexcept { return keys.size(); }
 };
 
 /// The store's answers to a KeyPlan: present[i] says whether plan entry i is in the store.
+/// Its digest width is the plan's.
 class PlanAnswers final : public ExistenceSource {
  public:
   PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, int num_groups);
   std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                       std::int64_t step, int count) const override;
+  std::size_t digest_size() const noexcept override { return digest_size_; }
 
  private:
   std::int64_t num_hashes_;
   int num_groups_;
+  std::size_t digest_size_;
   std::vector<std::uint8_t> table_;  ///< [group][hash index]
 };
 
@@ -91,12 +97,16 @@ class Coordinator {
   std::int64_t align_lookup_length(std::int64_t length) const noexcept;
 
   /// Keys of the blocks of a group with `block_size` (SEMANTICS.md 1.2): the last hash of each
-  /// whole block. Throws InvalidArgument unless block_size is a positive multiple of H.
+  /// whole block. Throws InvalidArgument unless block_size is a positive multiple of H, or when
+  /// a key is not of Config::digest_size's width.
   std::vector<BlockDigest> chunk_keys(span<const BlockDigest> hashes,
                                       std::int64_t block_size) const;
 
   /// The longest prefix hit for one request (SEMANTICS.md 5). Throws InvalidArgument unless
   /// 0 <= max_length < (hashes.size()+1)*H, or the finder error kinds of SEMANTICS.md 4.
+  /// Digest width: `store` must hold keys of Config::digest_size (ExistenceSource::digest_size),
+  /// and every hash the lookup reads must be of that width (zero bytes past it), else
+  /// InvalidArgument naming the store's width or the hash.
   LookupResult find_longest_cache_hit(span<const BlockDigest> hashes, std::int64_t max_length,
                                       const ExistenceSource& store, bool apply_eagle = true) const;
 

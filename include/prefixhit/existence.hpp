@@ -19,30 +19,39 @@ class ExistenceSource {
   /// present. `hashes` is the request's whole hash list; every index asked for is inside it.
   virtual std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                               std::int64_t step, int count) const = 0;
+
+  /// The width (8, 16 or 32 bytes) of the keys this source holds and the hashes it is probed
+  /// with. A coordinator refuses a source whose width is not its Config::digest_size.
+  virtual std::size_t digest_size() const noexcept { return BlockDigest::kSize; }
 };
 
 /// A caller-supplied set of (group id, key) pairs: the store content of a conformance vector, or
 /// a runtime's own view of its store. Any group id is accepted; ids outside the configuration
-/// simply never match.
+/// simply never match. A set holds keys of one digest width (8, 16 or 32 bytes).
 class KeySet final : public ExistenceSource {
  public:
-  KeySet();
+  /// Throws InvalidArgument unless digest_size is 8, 16 or 32.
+  explicit KeySet(std::size_t digest_size = BlockDigest::kSize);
   ~KeySet() override;
   KeySet(KeySet&&) noexcept;
   KeySet& operator=(KeySet&&) noexcept;
   KeySet(const KeySet&) = delete;
   KeySet& operator=(const KeySet&) = delete;
 
-  /// Adds one pair; returns false if it was already present.
+  /// Adds one pair; returns false if it was already present. Throws InvalidArgument when `key`
+  /// is not a digest of this set's width (a nonzero byte past it).
   bool insert(int group_id, const BlockDigest& key);
+  /// A key that is not of this set's width is never contained.
   bool contains(int group_id, const BlockDigest& key) const;
   std::size_t size() const noexcept;
   void clear() noexcept;
 
   std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                       std::int64_t step, int count) const override;
+  std::size_t digest_size() const noexcept override { return digest_size_; }
 
  private:
+  std::size_t digest_size_ = BlockDigest::kSize;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,21 +1,27 @@
 // Saving a BlockIndex to a file and loading it back: a versioned, checksummed binary format
 // written atomically (temp file, fsync, rename, fsync of the folder).
 //
-// File layout, version 1. Every integer is little-endian; offsets are in bytes.
+// File layout, versions 1 and 2. Every integer is little-endian; offsets are in bytes.
+// Version 2 differs only in the record's group word, which also holds the key's digest width;
+// a writer uses version 1 whenever every key is a 32-byte digest (so such files read the same
+// in builds that predate widths), and version 2 otherwise. Readers accept both.
 //
 //   header (40 bytes)
 //     0   char[8]  magic            "PFXINDEX"
-//     8   u32      format_version   1
+//     8   u32      format_version   1 or 2
 //     12  u32      header_bytes     40
 //     16  u32      record_bytes     40
 //     20  u32      flags            0 (no flags are defined; a reader rejects any set bit)
 //     24  u64      key_count        number of records
 //     32  u32      reserved         0
 //     36  u32      header_crc       CRC-32C of bytes [0, 36)
-//   records (key_count * 40 bytes), strictly ascending by (namespace, group id, digest bytes)
+//   records (key_count * 40 bytes), strictly ascending by (namespace, group id, digest width,
+//   digest bytes)
 //     0   u32      namespace        <= kMaxNamespace
-//     4   i32      group_id         in [0, kMaxIndexFileGroupId]
-//     8   u8[32]   digest
+//     4   i32      group_id         version 1: in [0, kMaxIndexFileGroupId]
+//         u32      group word       version 2: bits 0-7 the group id (as above), bits 8-15 the
+//                                   digest width in bytes (8, 16 or 32), bits 16-31 zero
+//     8   u8[32]   digest           a narrower digest in its first bytes, the rest zero
 //   trailer (4 bytes)
 //     0   u32      file_crc         CRC-32C of every byte before the trailer
 //
@@ -42,7 +48,9 @@
 namespace prefixhit {
 
 inline constexpr char kIndexFileMagic[8] = {'P', 'F', 'X', 'I', 'N', 'D', 'E', 'X'};
+/// The version written when every key is a 32-byte digest, and the one with digest widths.
 inline constexpr std::uint32_t kIndexFileVersion = 1;
+inline constexpr std::uint32_t kIndexFileVersionWithWidths = 2;
 inline constexpr std::size_t kIndexFileHeaderBytes = 40;
 inline constexpr std::size_t kIndexFileRecordBytes = 40;
 inline constexpr std::size_t kIndexFileTrailerBytes = 4;
@@ -58,6 +66,8 @@ struct IndexFileStats {
   std::map<Namespace, std::uint64_t> keys_per_namespace;
   /// Keys per (namespace, group id).
   std::map<std::pair<Namespace, int>, std::uint64_t> keys_per_group;
+  /// Keys per digest width (8, 16 or 32 bytes).
+  std::map<std::size_t, std::uint64_t> keys_per_digest_size;
 };
 
 /// Writes every key of `index` to `path`, atomically: the bytes go to a temporary file in the

@@ -48,16 +48,36 @@ class span {
   std::size_t size_ = 0;
 };
 
-/// A 32-byte block digest: SHA-256 chained over the prompt, one per hash block.
+/// A block digest of 8, 16 or 32 bytes (the digest width, `digest_size`): SHA-256 chained over
+/// the prompt (32), vLLM's xxhash / xxhash_cbor (16), or a vLLM KV event's 64-bit integer hash
+/// (8). Storage is always 32 bytes: a narrower digest lives in the first `digest_size` bytes and
+/// the rest are zero. The width is part of a key's identity: indexes, key sets and coordinators
+/// are told the width, and keys of different widths never compare equal there.
 struct alignas(8) BlockDigest {
   static constexpr std::size_t kSize = 32;
   std::array<std::uint8_t, kSize> bytes{};
 
-  /// Parses 64 hex digits; throws InvalidArgument naming the problem otherwise.
+  /// Whether `size` is a supported digest width: 8, 16 or 32.
+  static constexpr bool valid_size(std::size_t size) noexcept {
+    return size == 8 || size == 16 || size == 32;
+  }
+  /// Parses 16, 32 or 64 hex digits (an 8-, 16- or 32-byte digest, zero-padded); throws
+  /// InvalidArgument naming the problem otherwise.
   static BlockDigest from_hex(std::string_view hex);
-  /// Copies exactly 32 bytes; throws InvalidArgument for any other length.
+  /// Copies 8, 16 or 32 bytes (zero-padded); throws InvalidArgument for any other length.
   static BlockDigest from_bytes(const std::uint8_t* data, std::size_t size);
+  /// Copies exactly `digest_size` bytes; throws InvalidArgument naming both sizes when `size`
+  /// differs (or digest_size is not a valid width).
+  static BlockDigest from_bytes(const std::uint8_t* data, std::size_t size,
+                                std::size_t digest_size);
+  /// The 8-byte digest of a 64-bit integer hash (as vLLM KV events carry): its big-endian bytes.
+  static BlockDigest from_int_hash(std::uint64_t hash) noexcept;
+  /// 64 hex digits (all 32 stored bytes).
   std::string to_hex() const;
+  /// The first `digest_size` bytes as hex.
+  std::string to_hex(std::size_t digest_size) const;
+  /// Whether this is a valid digest of width `digest_size`: every byte past it is zero.
+  bool fits(std::size_t digest_size) const noexcept;
 
   friend bool operator==(const BlockDigest& a, const BlockDigest& b) noexcept {
     return a.bytes == b.bytes;
@@ -68,6 +88,12 @@ struct alignas(8) BlockDigest {
   }
 };
 static_assert(sizeof(BlockDigest) == 32, "BlockDigest must be exactly 32 bytes");
+
+/// Throws InvalidArgument ("<what>: ...") unless digest_size is 8, 16 or 32.
+void check_digest_size(std::size_t digest_size, std::string_view what);
+/// Throws InvalidArgument naming `what[i]` for the first digest that is not a valid width
+/// `digest_size` digest (a nonzero byte past the width), or for an invalid width.
+void check_digests(span<const BlockDigest> digests, std::size_t digest_size, std::string_view what);
 
 /// The spec kinds of SEMANTICS.md 2 and 9.2. Kinds that share a finder never merge.
 enum class GroupKind : std::uint8_t {
@@ -125,6 +151,9 @@ struct Config {
   bool use_eagle = false;                  ///< speculative decoding with an EAGLE/MTP drafter
   std::optional<std::int64_t> retention_interval;  ///< R: nullopt, 0 or a positive token count
   std::vector<GroupSpec> groups;                   ///< indexed by KV-cache group id
+  /// Bytes per block hash: 8, 16 or 32 (BlockDigest). Lookups, chunk keys and key plans take
+  /// digests of this width, and stores must hold keys of this width.
+  std::size_t digest_size = BlockDigest::kSize;
 };
 
 /// Merged groups with equal specs, in processing order (full attention first).

@@ -144,7 +144,7 @@ TEST(ErrorInput, WrongDigestLengthsAreInvalidArguments) {
   for (std::size_t size :
        {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{33}, std::size_t{64}}) {
     expect_error<InvalidArgument>([&] { BlockDigest::from_bytes(bytes, size); },
-                                  "must be 32 bytes, got " + std::to_string(size),
+                                  "must be 8, 16 or 32 bytes, got " + std::to_string(size),
                                   "from_bytes " + std::to_string(size));
   }
   expect_error<InvalidArgument>([] { BlockDigest::from_hex("abc"); }, "got 3 characters",

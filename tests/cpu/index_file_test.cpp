@@ -281,7 +281,7 @@ TEST(IndexFile, WrongMagicVersionAndEmptyFile) {
   write_bytes(dir.file("json.pfx"), std::vector<std::uint8_t>(json.begin(), json.end()));
   expect_rejected<FormatError>(dir.file("json.pfx"), "not a prefixhit index", "a JSON file");
 
-  for (std::uint32_t version : {0U, 2U, 0xFFFFFFFFU}) {
+  for (std::uint32_t version : {0U, 3U, 0xFFFFFFFFU}) {
     std::vector<std::uint8_t> v = image;
     put_u32(v, 8, version);
     fix_checksums(v);

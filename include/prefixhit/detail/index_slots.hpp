@@ -3,7 +3,7 @@
 //
 // Layout shared by both indexes (structure of arrays, docs/design/device-index.md):
 //   tags[slot]    1 byte: kEmptyTag, kTombstoneTag, kBusyTag (GPU insert in flight) or a live tag
-//   metas[slot]   4 bytes: the packed (namespace, group id) word of the key
+//   metas[slot]   4 bytes: the packed (namespace, group id, digest width) word of the key
 //   digests[slot] 32 bytes: the full block digest
 // Slots form buckets of kBucketSlots consecutive slots; a bucket's 32 tags are one 32-byte sector.
 // A key's probe sequence visits buckets b0, b0+s, b0+2s, ... (mod the power-of-two bucket count)
@@ -67,16 +67,31 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool valid_group(std::int64_t group_id) {
   return group_id >= 0 && group_id < kIndexMaxGroups;
 }
 
-/// (namespace, group id) in one word: ns in the top 24 bits, group id in the low 8. Callers
-/// validate both first, so distinct pairs never share a word.
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t pack_meta(std::uint32_t ns, int group_id) {
-  return (ns << 8) | (static_cast<std::uint32_t>(group_id) & 0xFFU);
+/// The digest width's code in a meta word: 0 = 32 bytes (so that words written before widths
+/// existed keep their meaning), 1 = 16 bytes, 2 = 8 bytes. Callers validate the width first.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t digest_width_code(std::size_t digest_size) {
+  return digest_size == 16 ? 1U : digest_size == 8 ? 2U : 0U;
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::size_t digest_size_of_code(std::uint32_t code) {
+  return code == 1U ? 16 : code == 2U ? 8 : 32;
+}
+
+/// (namespace, group id, digest width) in one word: ns in the top 24 bits, the width code in
+/// bits 5-6 and the group id (< kIndexMaxGroups = 32) in bits 0-4. Callers validate all three
+/// first, so distinct triples never share a word, and keys of different widths never match.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t pack_meta(std::uint32_t ns, int group_id,
+                                                           std::uint32_t width_code = 0) {
+  static_assert(kIndexMaxGroups <= 32, "group ids must fit in the meta word's low 5 bits");
+  return (ns << 8) | ((width_code & 3U) << 5) | (static_cast<std::uint32_t>(group_id) & 0x1FU);
 }
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t meta_namespace(std::uint32_t meta) {
   return meta >> 8;
 }
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE int meta_group(std::uint32_t meta) {
-  return static_cast<int>(meta & 0xFFU);
+  return static_cast<int>(meta & 0x1FU);
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::size_t meta_digest_size(std::uint32_t meta) {
+  return digest_size_of_code((meta >> 5) & 3U);
 }
 
 /// splitmix64: expands one seed word into the hash secret.

@@ -43,6 +43,7 @@ struct LookupPlan {
   SpecGroupPlan spec_groups[kMaxGroups];
   std::int32_t members[kMaxGroups];        ///< group ids, spec group by spec group
   std::int32_t spec_group_of[kMaxGroups];  ///< group id -> spec group index
+  std::int32_t digest_size = 32;           ///< bytes per digest (8, 16 or 32): part of every key
 };
 
 }  // namespace detail
