@@ -104,20 +104,31 @@ void require(const T* pointer, const char* what) {
   }
 }
 
-/// Digest view that is safe for any alignment of the caller's buffer.
+/// Digest view of `n` digests of `width` bytes each (n * width bytes), safe for any alignment of
+/// the caller's buffer.
 class DigestInput {
  public:
-  DigestInput(const std::uint8_t* keys, std::size_t n, const char* what) {
+  DigestInput(const std::uint8_t* keys, std::size_t n, const char* what,
+              std::size_t width = prefixhit::BlockDigest::kSize) {
+    prefixhit::check_digest_size(width, what);
     if (n != 0) {
       require(keys, what);
     }
     // BlockDigest is 32 plain bytes, aligned to 8 for device copies; the caller's buffer may
     // have any alignment, so borrow it when it is suitably aligned and copy it otherwise.
-    if (reinterpret_cast<std::uintptr_t>(keys) % alignof(prefixhit::BlockDigest) == 0) {
+    // Narrower digests are widened (zero-padded) into the 32-byte form.
+    if (width == prefixhit::BlockDigest::kSize &&
+        reinterpret_cast<std::uintptr_t>(keys) % alignof(prefixhit::BlockDigest) == 0) {
       view_ = {reinterpret_cast<const prefixhit::BlockDigest*>(keys), n};
-    } else {
+    } else if (width == prefixhit::BlockDigest::kSize) {
       copy_.resize(n);
       std::memcpy(copy_.data(), keys, n * prefixhit::BlockDigest::kSize);
+      view_ = {copy_.data(), copy_.size()};
+    } else {
+      copy_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::memcpy(copy_[i].bytes.data(), keys + i * width, width);
+      }
       view_ = {copy_.data(), copy_.size()};
     }
   }
@@ -164,6 +175,7 @@ prefixhit::Config to_config(const prefixhit_config& c) {
   config.hash_block_size = c.hash_block_size;
   config.scheduler_block_size = c.scheduler_block_size;
   config.use_eagle = c.use_eagle != 0;
+  config.digest_size = c.digest_size == 0 ? prefixhit::BlockDigest::kSize : c.digest_size;
   if (c.retention_interval != PREFIXHIT_NO_RETENTION_INTERVAL) {
     config.retention_interval = c.retention_interval;  // other negatives fail validation
   }
@@ -194,7 +206,8 @@ prefixhit::Config to_config(const prefixhit_config& c) {
 
 /// The lookup's store as an ExistenceSource (the view lives in `view`).
 const prefixhit::ExistenceSource& resolve(const prefixhit_store* store,
-                                          std::optional<prefixhit::BlockIndex::View>& view) {
+                                          std::optional<prefixhit::BlockIndex::View>& view,
+                                          std::size_t digest_size) {
   require(store, "store");
   if ((store->key_set == nullptr) == (store->block_index == nullptr)) {
     throw prefixhit::InvalidArgument("store must name exactly one of key_set and block_index");
@@ -202,7 +215,7 @@ const prefixhit::ExistenceSource& resolve(const prefixhit_store* store,
   if (store->key_set != nullptr) {
     return store->key_set->set;
   }
-  view.emplace(store->block_index->index, store->ns);
+  view.emplace(store->block_index->index, store->ns, digest_size);
   return *view;
 }
 
@@ -346,13 +359,26 @@ prefixhit_status prefixhit_coordinator_align_lookup_length(const prefixhit_coord
   });
 }
 
+prefixhit_status prefixhit_coordinator_digest_size(const prefixhit_coordinator* coordinator,
+                                                   size_t* out) {
+  return guarded([&] {
+    require(coordinator, "coordinator");
+    require(out, "out");
+    *out = coordinator->coordinator.config().digest_size;
+  });
+}
+
 // ---- stores ---------------------------------------------------------------------------------
 
 prefixhit_status prefixhit_key_set_create(prefixhit_key_set** out) {
+  return prefixhit_key_set_create_width(PREFIXHIT_DIGEST_SIZE, out);
+}
+
+prefixhit_status prefixhit_key_set_create_width(size_t digest_size, prefixhit_key_set** out) {
   return guarded([&] {
     require(out, "out");
     *out = nullptr;
-    *out = new prefixhit_key_set{};
+    *out = new prefixhit_key_set{prefixhit::KeySet(digest_size)};
   });
 }
 
@@ -364,7 +390,7 @@ prefixhit_status prefixhit_key_set_insert(prefixhit_key_set* set, int32_t group_
                                           const uint8_t* keys, size_t num_keys, size_t* added) {
   return guarded([&] {
     require(set, "set");
-    const DigestInput input(keys, num_keys, "keys");
+    const DigestInput input(keys, num_keys, "keys", set->set.digest_size());
     std::size_t count = 0;
     for (const prefixhit::BlockDigest& key : input.view()) {
       count += set->set.insert(group_id, key) ? 1 : 0;
@@ -410,10 +436,18 @@ void prefixhit_block_index_destroy(prefixhit_block_index* index) {
 prefixhit_status prefixhit_block_index_insert(prefixhit_block_index* index, uint32_t ns,
                                               int32_t group_id, const uint8_t* keys,
                                               size_t num_keys, size_t* inserted) {
+  return prefixhit_block_index_insert_width(index, ns, group_id, PREFIXHIT_DIGEST_SIZE, keys,
+                                            num_keys, inserted);
+}
+
+prefixhit_status prefixhit_block_index_insert_width(prefixhit_block_index* index, uint32_t ns,
+                                                    int32_t group_id, size_t digest_size,
+                                                    const uint8_t* keys, size_t num_keys,
+                                                    size_t* inserted) {
   return guarded([&] {
     require(index, "index");
-    const DigestInput input(keys, num_keys, "keys");
-    const std::size_t n = index->index.insert(ns, group_id, input.view());
+    const DigestInput input(keys, num_keys, "keys", digest_size);
+    const std::size_t n = index->index.insert(ns, group_id, input.view(), digest_size);
     if (inserted != nullptr) {
       *inserted = n;
     }
@@ -423,10 +457,18 @@ prefixhit_status prefixhit_block_index_insert(prefixhit_block_index* index, uint
 prefixhit_status prefixhit_block_index_erase(prefixhit_block_index* index, uint32_t ns,
                                              int32_t group_id, const uint8_t* keys, size_t num_keys,
                                              size_t* erased) {
+  return prefixhit_block_index_erase_width(index, ns, group_id, PREFIXHIT_DIGEST_SIZE, keys,
+                                           num_keys, erased);
+}
+
+prefixhit_status prefixhit_block_index_erase_width(prefixhit_block_index* index, uint32_t ns,
+                                                   int32_t group_id, size_t digest_size,
+                                                   const uint8_t* keys, size_t num_keys,
+                                                   size_t* erased) {
   return guarded([&] {
     require(index, "index");
-    const DigestInput input(keys, num_keys, "keys");
-    const std::size_t n = index->index.erase(ns, group_id, input.view());
+    const DigestInput input(keys, num_keys, "keys", digest_size);
+    const std::size_t n = index->index.erase(ns, group_id, input.view(), digest_size);
     if (erased != nullptr) {
       *erased = n;
     }
@@ -436,13 +478,21 @@ prefixhit_status prefixhit_block_index_erase(prefixhit_block_index* index, uint3
 prefixhit_status prefixhit_block_index_contains(const prefixhit_block_index* index, uint32_t ns,
                                                 int32_t group_id, const uint8_t* keys,
                                                 size_t num_keys, uint8_t* present) {
+  return prefixhit_block_index_contains_width(index, ns, group_id, PREFIXHIT_DIGEST_SIZE, keys,
+                                              num_keys, present);
+}
+
+prefixhit_status prefixhit_block_index_contains_width(const prefixhit_block_index* index,
+                                                      uint32_t ns, int32_t group_id,
+                                                      size_t digest_size, const uint8_t* keys,
+                                                      size_t num_keys, uint8_t* present) {
   return guarded([&] {
     require(index, "index");
-    const DigestInput input(keys, num_keys, "keys");
+    const DigestInput input(keys, num_keys, "keys", digest_size);
     if (num_keys != 0) {
       require(present, "present");
     }
-    index->index.contains(ns, group_id, input.view(), present);
+    index->index.contains(ns, group_id, input.view(), present, digest_size);
   });
 }
 
@@ -464,9 +514,11 @@ prefixhit_status prefixhit_find_longest_cache_hit(const prefixhit_coordinator* c
     require(coordinator, "coordinator");
     require(out, "out");
     *out = nullptr;
-    const DigestInput input(hashes, num_hashes, "hashes");
+    const DigestInput input(hashes, num_hashes, "hashes",
+                            coordinator->coordinator.config().digest_size);
     std::optional<prefixhit::BlockIndex::View> view;
-    const prefixhit::ExistenceSource& source = resolve(store, view);
+    const prefixhit::ExistenceSource& source =
+        resolve(store, view, coordinator->coordinator.config().digest_size);
     auto result = std::make_unique<prefixhit_lookup_result>();
     result->result = coordinator->coordinator.find_longest_cache_hit(input.view(), max_length,
                                                                      source, apply_eagle != 0);
@@ -558,7 +610,8 @@ prefixhit_status prefixhit_find_longest_cache_hits(
       require(num_blocks, "num_blocks");
       require(num_placeholders, "num_placeholders");
     }
-    const DigestInput input(digests_in, num_digests, "digests");
+    const DigestInput input(digests_in, num_digests, "digests",
+                            coordinator->coordinator.config().digest_size);
     prefixhit::LookupBatch batch;
     batch.digests = input.view();
     batch.offsets = {offsets, num_requests + 1};
@@ -567,7 +620,8 @@ prefixhit_status prefixhit_find_longest_cache_hits(
       batch.apply_eagle = {apply_eagle, num_requests};
     }
     std::optional<prefixhit::BlockIndex::View> view;
-    const prefixhit::ExistenceSource& source = resolve(store, view);
+    const prefixhit::ExistenceSource& source =
+        resolve(store, view, coordinator->coordinator.config().digest_size);
     prefixhit::BatchOptions options;
     options.num_threads = num_threads;
     const prefixhit::BatchLookupResult result =

@@ -106,6 +106,10 @@ typedef struct prefixhit_config {
   int64_t retention_interval; /* PREFIXHIT_NO_RETENTION_INTERVAL, 0 or positive */
   const prefixhit_group_spec* groups;
   size_t num_groups;
+  /* Bytes per block hash: 8, 16 or 32 (0 means 32). Every digest array a call on this
+   * coordinator takes (hashes, batch digests) is num_digests * digest_size bytes, and its store
+   * must hold keys of this width (a key set created with it; a block index is read at it). */
+  size_t digest_size;
 } prefixhit_config;
 
 /* ---- handles ------------------------------------------------------------------------------- */
@@ -144,13 +148,23 @@ PREFIXHIT_API prefixhit_status prefixhit_coordinator_spec_group(
     size_t* num_members, int* use_eagle);
 PREFIXHIT_API prefixhit_status prefixhit_coordinator_align_lookup_length(
     const prefixhit_coordinator* coordinator, int64_t length, int64_t* out);
+/* The configuration's digest_size (8, 16 or 32). */
+PREFIXHIT_API prefixhit_status
+prefixhit_coordinator_digest_size(const prefixhit_coordinator* coordinator, size_t* out);
 
 /* ---- stores -------------------------------------------------------------------------------- */
 
-/* A caller-supplied set of (group id, key) pairs. */
+/* Digest widths: a digest is 8, 16 or 32 bytes (PREFIXHIT_DIGEST_SIZE); keys of different widths
+ * are different keys. Calls without a width take 32-byte digests. */
+
+/* A caller-supplied set of (group id, key) pairs, of 32-byte keys or (create_width) of
+ * digest_size-byte keys. */
 PREFIXHIT_API prefixhit_status prefixhit_key_set_create(prefixhit_key_set** out);
+PREFIXHIT_API prefixhit_status prefixhit_key_set_create_width(size_t digest_size,
+                                                              prefixhit_key_set** out);
 PREFIXHIT_API void prefixhit_key_set_destroy(prefixhit_key_set* set);
-/* Adds num_keys keys (num_keys * 32 bytes) of one group; *added (may be NULL) counts new ones. */
+/* Adds num_keys keys (num_keys * the set's digest size bytes) of one group; *added (may be NULL)
+ * counts new ones. */
 PREFIXHIT_API prefixhit_status prefixhit_key_set_insert(prefixhit_key_set* set, int32_t group_id,
                                                         const uint8_t* keys, size_t num_keys,
                                                         size_t* added);
@@ -180,11 +194,25 @@ PREFIXHIT_API prefixhit_status prefixhit_block_index_contains(const prefixhit_bl
                                                               uint32_t ns, int32_t group_id,
                                                               const uint8_t* keys, size_t num_keys,
                                                               uint8_t* present);
+/* The same for keys of digest_size bytes each (8, 16 or 32): keys is num_keys * digest_size
+ * bytes. A vLLM KV event's 64-bit integer hash is an 8-byte key: its big-endian bytes. */
+PREFIXHIT_API prefixhit_status prefixhit_block_index_insert_width(
+    prefixhit_block_index* index, uint32_t ns, int32_t group_id, size_t digest_size,
+    const uint8_t* keys, size_t num_keys, size_t* inserted);
+PREFIXHIT_API prefixhit_status prefixhit_block_index_erase_width(prefixhit_block_index* index,
+                                                                 uint32_t ns, int32_t group_id,
+                                                                 size_t digest_size,
+                                                                 const uint8_t* keys,
+                                                                 size_t num_keys, size_t* erased);
+PREFIXHIT_API prefixhit_status prefixhit_block_index_contains_width(
+    const prefixhit_block_index* index, uint32_t ns, int32_t group_id, size_t digest_size,
+    const uint8_t* keys, size_t num_keys, uint8_t* present);
 PREFIXHIT_API prefixhit_status prefixhit_block_index_size(const prefixhit_block_index* index,
                                                           size_t* out);
 
 /* A lookup's store: exactly one of key_set / block_index is non-NULL. `ns` is the block index
- * namespace (ignored for a key set). */
+ * namespace (ignored for a key set). A block index is read at the coordinator's digest_size; a
+ * key set must have been created with it (else PREFIXHIT_STATUS_INVALID_ARGUMENT). */
 typedef struct prefixhit_store {
   const prefixhit_key_set* key_set;
   const prefixhit_block_index* block_index;
@@ -193,7 +221,8 @@ typedef struct prefixhit_store {
 
 /* ---- lookups ------------------------------------------------------------------------------- */
 
-/* The longest prefix hit of one request: hashes are num_hashes digests, 0 <= max_length <
+/* The longest prefix hit of one request: hashes are num_hashes digests (num_hashes * the
+ * coordinator's digest_size bytes), 0 <= max_length <
  * (num_hashes + 1) * H. apply_eagle is normally nonzero (the receive path passes 0). */
 PREFIXHIT_API prefixhit_status prefixhit_find_longest_cache_hit(
     const prefixhit_coordinator* coordinator, const uint8_t* hashes, size_t num_hashes,
@@ -221,11 +250,12 @@ PREFIXHIT_API prefixhit_status prefixhit_lookup_result_mask(const prefixhit_look
                                                             size_t capacity, size_t* len);
 
 /* Many lookups in one call. Request r owns digests [offsets[r], offsets[r+1]) of `digests`
- * (offsets has num_requests + 1 entries, offsets[0] == 0, offsets[num_requests] ==
- * num_digests). apply_eagle: NULL for "apply" everywhere, else one flag per request.
- * num_threads: 0 for every hardware thread. Outputs (caller-allocated): hit_lengths
- * [num_requests], num_blocks and num_placeholders [num_requests * num_groups], row-major. On
- * error nothing useful is in the outputs and the message names the first failing request. */
+ * (digests is num_digests * the coordinator's digest_size bytes; offsets has num_requests + 1
+ * entries, offsets[0] == 0, offsets[num_requests] == num_digests). apply_eagle: NULL for "apply"
+ * everywhere, else one flag per request. num_threads: 0 for every hardware thread. Outputs
+ * (caller-allocated): hit_lengths [num_requests], num_blocks and num_placeholders [num_requests *
+ * num_groups], row-major. On error nothing useful is in the outputs and the message names the first
+ * failing request. */
 PREFIXHIT_API prefixhit_status prefixhit_find_longest_cache_hits(
     const prefixhit_coordinator* coordinator, const uint8_t* digests, size_t num_digests,
     const int64_t* offsets, const int64_t* max_lengths, const uint8_t* apply_eagle,
