@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kLookupThreads)
   const BlockDigest* const digests = args.digests;
   lookup_requests_warp_per_request<detail::kIndexLookahead>(
       plan, args, [&](std::int64_t offset, std::int64_t /*n*/) {
-        return DeviceIndexSource<DeviceBlockIndexRef>{index, ns, digests + offset};
+        return DeviceIndexSource<DeviceBlockIndexRef>{index, ns, digests + offset,
+                                                      static_cast<std::size_t>(plan.digest_size)};
       });
 }
 
@@ -492,6 +493,7 @@ BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& 
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::find_longest_cache_hits(index)");
   Impl& impl = *impl_;
   impl.coordinator.validate_batch(batch);
+  check_digests(batch.digests, impl.coordinator.config().digest_size, "batch digests");
   const std::lock_guard<std::mutex> lock(impl.mutex);
   const DeviceBatch d = impl.stage(batch, stream);
   const DeviceLookupOutput out = impl.outputs(batch.num_requests());
@@ -508,6 +510,7 @@ BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& 
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::find_longest_cache_hits(presence)");
   Impl& impl = *impl_;
   impl.coordinator.validate_batch(batch);
+  check_digests(batch.digests, impl.coordinator.config().digest_size, "batch digests");
   const std::size_t g = static_cast<std::size_t>(impl.plan.num_groups);
   if (presence.size() != g * batch.digests.size()) {
     throw InvalidArgument("presence table has " + std::to_string(presence.size()) +
@@ -677,7 +680,8 @@ std::int64_t DeviceBatchBuffers::download_first_failed(cudaStream_t stream) cons
 }
 
 std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id,
-                             span<const BlockDigest> keys, cudaStream_t stream) {
+                             span<const BlockDigest> keys, cudaStream_t stream,
+                             std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::insert_host_keys");
   if (keys.empty()) {
     return 0;
@@ -687,7 +691,7 @@ std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id
   copy_async(staging.data(), keys.data(), keys.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice,
              stream, "cudaMemcpyAsync(keys)");
   // insert() is synchronous, so the staging buffer outlives its use.
-  return index.insert(ns, group_id, staging.data(), keys.size(), stream);
+  return index.insert(ns, group_id, staging.data(), keys.size(), stream, digest_size);
 }
 
 }  // namespace gpu

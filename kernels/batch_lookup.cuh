@@ -66,12 +66,14 @@ __device__ __forceinline__ void lookup_requests_warp_per_request(const detail::L
   }
 }
 
-/// Existence from the resident device index: key (g, hashes[i]) under namespace ns.
+/// Existence from the resident device index: key (g, hashes[i]) under namespace ns, at the
+/// coordinator's digest width.
 template <class IndexRef>
 struct DeviceIndexSource {
   IndexRef ref;
   Namespace ns;
   const BlockDigest* hashes;  ///< the request's digests
+  std::size_t digest_size;    ///< Config::digest_size: part of every key
 
   /// Starts the load of digest `index` into L1 ahead of its probe (has_prefetch): the round's
   /// digest loads then overlap, and each probe's chain starts from a cached digest.
@@ -101,7 +103,7 @@ struct DeviceIndexSource {
         words[w] = __ldg(narrow + w);
       }
     }
-    return ref.contains(ns, group_id, key);
+    return ref.contains(ns, group_id, key, digest_size);
   }
 };
 

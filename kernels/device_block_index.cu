@@ -1,4 +1,5 @@
-// DeviceBlockIndex: the GPU-resident set of (namespace, group id, 32-byte digest).
+// DeviceBlockIndex: the GPU-resident set of (namespace, group id, digest) keys; digests of 8, 16
+// or 32 bytes.
 //
 // Kernels (names as Nsight shows them, all in prefixhit::index_kernels):
 //   contains_keys        one thread per key: hash, one 32-byte tag sector, candidate compares
@@ -7,6 +8,8 @@
 //   find_missing_keys    marks keys absent from the table (growth planning only)
 //   rehash_slots         one thread per old slot: re-places live keys into a new table
 //   check_group_ids      validates per-key group ids before anything is applied
+//   check_key_tails      validates narrow keys (zero bytes past the width) before anything is
+//   applied
 // The per-slot logic (hash, tag, buckets, compare, erase rule) is detail/index_slots.hpp, shared
 // with the CPU BlockIndex and covered by its CPU tests.
 #include <cuda_runtime.h>
@@ -45,7 +48,7 @@ struct DeviceCounters {
   unsigned long long live;        // live keys
   unsigned long long used;        // live keys + tombstones (+ claimed slots during an insert)
   unsigned long long call_count;  // keys inserted / erased / found missing by the last call
-  unsigned long long first_bad;   // smallest index of an invalid group id (~0: none)
+  unsigned long long first_bad;   // smallest index of an invalid group id or key (~0: none)
   unsigned int overflow;          // an insert found no free slot (cannot happen by construction)
   unsigned int pad;
 };
@@ -56,14 +59,16 @@ struct KeyBatch {
   const std::int32_t* group_ids;  // nullptr: every key is in `group_id`
   int group_id;
   std::uint32_t ns;
-  bool aligned16;  // keys can be read with 16-byte loads
+  std::uint32_t width_code;  // the keys' digest width in the meta word (index_slots.hpp)
+  int words;                 // 8-byte words of digest the width covers (1, 2 or 4)
+  bool aligned16;            // keys can be read with 16-byte loads
 
   __device__ __forceinline__ bool meta_of(std::uint64_t i, std::uint32_t& meta) const {
     const int group = group_ids != nullptr ? group_ids[i] : group_id;
     if (!detail::valid_group(group)) {
       return false;
     }
-    meta = detail::pack_meta(ns, group);
+    meta = detail::pack_meta(ns, group, width_code);
     return true;
   }
 
@@ -83,6 +88,11 @@ struct KeyBatch {
       k.w[1] = p[1];
       k.w[2] = p[2];
       k.w[3] = p[3];
+    }
+    // A narrow key is its first `words` words: the rest reads as zero (synchronous calls have
+    // checked that it is; asynchronous ones cannot report an error, so they ignore the tail).
+    for (int w = 1; w < 4; ++w) {
+      k.w[w] = w < words ? k.w[w] : 0;
     }
     k.meta = meta;
     return k;
@@ -338,6 +348,23 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// Records the smallest index whose digest has a nonzero word at or past `words`.
+__global__ void __launch_bounds__(256)
+    check_key_tails(const BlockDigest* keys, std::uint64_t n, int words, DeviceCounters* counters) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const auto* p = reinterpret_cast<const unsigned long long*>(keys + i);
+    unsigned long long tail = 0;
+    for (int w = words; w < 4; ++w) {
+      tail |= p[w];
+    }
+    if (tail != 0) {
+      atomicMin(&counters->first_bad, static_cast<unsigned long long>(i));
+    }
+  }
+}
+
 /// Records the smallest index whose group id is outside [0, kMaxGroups).
 __global__ void __launch_bounds__(256)
     check_group_ids(const std::int32_t* group_ids, std::uint64_t n, DeviceCounters* counters) {
@@ -391,6 +418,12 @@ cudaError_t launch_erase(const DeviceTable& table, const KeyBatch& batch, std::u
 cudaError_t launch_rehash(const DeviceTable& from, std::uint64_t slots, const DeviceTable& to,
                           DeviceCounters* counters, int sm_count, cudaStream_t stream) {
   rehash_slots<<<blocks_for(slots, sm_count), kThreads, 0, stream>>>(from, slots, to, counters);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_check_key_tails(const BlockDigest* keys, std::uint64_t n, int words,
+                                   DeviceCounters* counters, int sm_count, cudaStream_t stream) {
+  check_key_tails<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(keys, n, words, counters);
   return cudaGetLastError();
 }
 
@@ -568,8 +601,11 @@ void validate_device_pointer(const void* ptr, std::size_t alignment, const char*
 }
 
 KeyBatch make_batch(Namespace ns, int group_id, const std::int32_t* group_ids,
-                    const BlockDigest* keys) {
+                    const BlockDigest* keys, std::size_t digest_size, const char* call) {
+  check_digest_size(digest_size, std::string("DeviceBlockIndex::") + call);
   KeyBatch batch{};
+  batch.width_code = detail::digest_width_code(digest_size);
+  batch.words = static_cast<int>(digest_size / 8);
   batch.keys = keys;
   batch.group_ids = group_ids;
   batch.group_id = group_id;
@@ -626,6 +662,28 @@ struct DeviceBlockIndex::Impl {
     check_cuda(cudaMemsetAsync(t.tags.get(), detail::kEmptyTag, slots, stream),
                "clearing new tags");
     return t;
+  }
+
+  /// Throws InvalidArgument naming the first key with a nonzero byte past `digest_size` (an
+  /// invalid width too); applies nothing. Free for 32-byte keys.
+  void check_key_widths(const BlockDigest* keys, std::uint64_t n, std::size_t digest_size,
+                        cudaStream_t stream, const char* call) const {
+    check_digest_size(digest_size, std::string("DeviceBlockIndex::") + call);
+    if (digest_size == BlockDigest::kSize) {
+      return;
+    }
+    check_cuda(cudaMemsetAsync(&counters()->first_bad, 0xFF, sizeof(unsigned long long), stream),
+               std::string(call) + ": resetting the validation flag");
+    check_cuda(index_kernels::launch_check_key_tails(keys, n, static_cast<int>(digest_size / 8),
+                                                     counters(), sm_count, stream),
+               std::string(call) + ": launching check_key_tails");
+    const DeviceCounters c = read_counters(stream, call);
+    if (c.first_bad != ~0ULL) {
+      throw InvalidArgument(std::string("DeviceBlockIndex::") + call + ": keys[" +
+                            std::to_string(c.first_bad) + "] is not a " +
+                            std::to_string(digest_size) + "-byte digest: bytes past " +
+                            std::to_string(digest_size) + " must be zero; nothing was applied");
+    }
   }
 
   /// Throws InvalidArgument naming the first bad per-key group id; applies nothing.
@@ -830,7 +888,7 @@ DeviceBlockIndex::DeviceBlockIndex(DeviceBlockIndex&&) noexcept = default;
 DeviceBlockIndex& DeviceBlockIndex::operator=(DeviceBlockIndex&&) noexcept = default;
 
 std::size_t DeviceBlockIndex::insert(Namespace ns, int group_id, const BlockDigest* keys,
-                                     std::size_t n, cudaStream_t stream) {
+                                     std::size_t n, cudaStream_t stream, std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::insert");
   Impl& impl = live_impl(impl_);
   validate_owner(ns, group_id, "insert");
@@ -838,11 +896,13 @@ std::size_t DeviceBlockIndex::insert(Namespace ns, int group_id, const BlockDige
     return 0;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "insert", "keys");
-  return impl.insert(make_batch(ns, group_id, nullptr, keys), n, stream, true);
+  impl.check_key_widths(keys, n, digest_size, stream, "insert");
+  return impl.insert(make_batch(ns, group_id, nullptr, keys, digest_size, "insert"), n, stream,
+                     true);
 }
 
 void DeviceBlockIndex::insert_async(Namespace ns, int group_id, const BlockDigest* keys,
-                                    std::size_t n, cudaStream_t stream) {
+                                    std::size_t n, cudaStream_t stream, std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::insert_async");
   Impl& impl = live_impl(impl_);
   validate_owner(ns, group_id, "insert_async");
@@ -850,11 +910,13 @@ void DeviceBlockIndex::insert_async(Namespace ns, int group_id, const BlockDiges
     return;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "insert_async", "keys");
-  impl.insert(make_batch(ns, group_id, nullptr, keys), n, stream, false);
+  impl.insert(make_batch(ns, group_id, nullptr, keys, digest_size, "insert_async"), n, stream,
+              false);
 }
 
 std::size_t DeviceBlockIndex::insert(Namespace ns, const std::int32_t* group_ids,
-                                     const BlockDigest* keys, std::size_t n, cudaStream_t stream) {
+                                     const BlockDigest* keys, std::size_t n, cudaStream_t stream,
+                                     std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::insert");
   Impl& impl = live_impl(impl_);
   validate_owner(ns, 0, "insert");
@@ -862,13 +924,14 @@ std::size_t DeviceBlockIndex::insert(Namespace ns, const std::int32_t* group_ids
     return 0;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "insert", "keys");
+  impl.check_key_widths(keys, n, digest_size, stream, "insert");
   validate_device_pointer(group_ids, alignof(std::int32_t), "insert", "group_ids");
   impl.check_groups(group_ids, n, stream, "insert");
-  return impl.insert(make_batch(ns, 0, group_ids, keys), n, stream, true);
+  return impl.insert(make_batch(ns, 0, group_ids, keys, digest_size, "insert"), n, stream, true);
 }
 
 std::size_t DeviceBlockIndex::erase(Namespace ns, int group_id, const BlockDigest* keys,
-                                    std::size_t n, cudaStream_t stream) {
+                                    std::size_t n, cudaStream_t stream, std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::erase");
   Impl& impl = live_impl(impl_);
   validate_owner(ns, group_id, "erase");
@@ -876,11 +939,12 @@ std::size_t DeviceBlockIndex::erase(Namespace ns, int group_id, const BlockDiges
     return 0;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "erase", "keys");
-  return impl.erase(make_batch(ns, group_id, nullptr, keys), n, stream, true);
+  impl.check_key_widths(keys, n, digest_size, stream, "erase");
+  return impl.erase(make_batch(ns, group_id, nullptr, keys, digest_size, "erase"), n, stream, true);
 }
 
 void DeviceBlockIndex::erase_async(Namespace ns, int group_id, const BlockDigest* keys,
-                                   std::size_t n, cudaStream_t stream) {
+                                   std::size_t n, cudaStream_t stream, std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::erase_async");
   Impl& impl = live_impl(impl_);
   validate_owner(ns, group_id, "erase_async");
@@ -888,11 +952,12 @@ void DeviceBlockIndex::erase_async(Namespace ns, int group_id, const BlockDigest
     return;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "erase_async", "keys");
-  impl.erase(make_batch(ns, group_id, nullptr, keys), n, stream, false);
+  impl.erase(make_batch(ns, group_id, nullptr, keys, digest_size, "erase_async"), n, stream, false);
 }
 
 std::size_t DeviceBlockIndex::erase(Namespace ns, const std::int32_t* group_ids,
-                                    const BlockDigest* keys, std::size_t n, cudaStream_t stream) {
+                                    const BlockDigest* keys, std::size_t n, cudaStream_t stream,
+                                    std::size_t digest_size) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::erase");
   Impl& impl = live_impl(impl_);
   validate_owner(ns, 0, "erase");
@@ -900,13 +965,15 @@ std::size_t DeviceBlockIndex::erase(Namespace ns, const std::int32_t* group_ids,
     return 0;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "erase", "keys");
+  impl.check_key_widths(keys, n, digest_size, stream, "erase");
   validate_device_pointer(group_ids, alignof(std::int32_t), "erase", "group_ids");
   impl.check_groups(group_ids, n, stream, "erase");
-  return impl.erase(make_batch(ns, 0, group_ids, keys), n, stream, true);
+  return impl.erase(make_batch(ns, 0, group_ids, keys, digest_size, "erase"), n, stream, true);
 }
 
 void DeviceBlockIndex::contains(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                                std::uint8_t* out, cudaStream_t stream) const {
+                                std::uint8_t* out, cudaStream_t stream,
+                                std::size_t digest_size) const {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::contains");
   const Impl& impl = live_impl(impl_);
   validate_owner(ns, group_id, "contains");
@@ -914,12 +981,15 @@ void DeviceBlockIndex::contains(Namespace ns, int group_id, const BlockDigest* k
     return;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "contains", "keys");
+  impl.check_key_widths(keys, n, digest_size, stream, "contains");
   validate_device_pointer(out, 1, "contains", "out");
-  impl.contains(make_batch(ns, group_id, nullptr, keys), n, out, stream, true);
+  impl.contains(make_batch(ns, group_id, nullptr, keys, digest_size, "contains"), n, out, stream,
+                true);
 }
 
 void DeviceBlockIndex::contains_async(Namespace ns, int group_id, const BlockDigest* keys,
-                                      std::size_t n, std::uint8_t* out, cudaStream_t stream) const {
+                                      std::size_t n, std::uint8_t* out, cudaStream_t stream,
+                                      std::size_t digest_size) const {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::contains_async");
   const Impl& impl = live_impl(impl_);
   validate_owner(ns, group_id, "contains_async");
@@ -928,12 +998,13 @@ void DeviceBlockIndex::contains_async(Namespace ns, int group_id, const BlockDig
   }
   validate_device_pointer(keys, alignof(BlockDigest), "contains_async", "keys");
   validate_device_pointer(out, 1, "contains_async", "out");
-  impl.contains(make_batch(ns, group_id, nullptr, keys), n, out, stream, false);
+  impl.contains(make_batch(ns, group_id, nullptr, keys, digest_size, "contains_async"), n, out,
+                stream, false);
 }
 
 void DeviceBlockIndex::contains(Namespace ns, const std::int32_t* group_ids,
                                 const BlockDigest* keys, std::size_t n, std::uint8_t* out,
-                                cudaStream_t stream) const {
+                                cudaStream_t stream, std::size_t digest_size) const {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::contains");
   const Impl& impl = live_impl(impl_);
   validate_owner(ns, 0, "contains");
@@ -941,14 +1012,15 @@ void DeviceBlockIndex::contains(Namespace ns, const std::int32_t* group_ids,
     return;
   }
   validate_device_pointer(keys, alignof(BlockDigest), "contains", "keys");
+  impl.check_key_widths(keys, n, digest_size, stream, "contains");
   validate_device_pointer(group_ids, alignof(std::int32_t), "contains", "group_ids");
   validate_device_pointer(out, 1, "contains", "out");
-  impl.contains(make_batch(ns, 0, group_ids, keys), n, out, stream, true);
+  impl.contains(make_batch(ns, 0, group_ids, keys, digest_size, "contains"), n, out, stream, true);
 }
 
 void DeviceBlockIndex::contains_async(Namespace ns, const std::int32_t* group_ids,
                                       const BlockDigest* keys, std::size_t n, std::uint8_t* out,
-                                      cudaStream_t stream) const {
+                                      cudaStream_t stream, std::size_t digest_size) const {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::contains_async");
   const Impl& impl = live_impl(impl_);
   validate_owner(ns, 0, "contains_async");
@@ -958,7 +1030,8 @@ void DeviceBlockIndex::contains_async(Namespace ns, const std::int32_t* group_id
   validate_device_pointer(keys, alignof(BlockDigest), "contains_async", "keys");
   validate_device_pointer(group_ids, alignof(std::int32_t), "contains_async", "group_ids");
   validate_device_pointer(out, 1, "contains_async", "out");
-  impl.contains(make_batch(ns, 0, group_ids, keys), n, out, stream, false);
+  impl.contains(make_batch(ns, 0, group_ids, keys, digest_size, "contains_async"), n, out, stream,
+                false);
 }
 
 std::size_t DeviceBlockIndex::size(cudaStream_t stream) const {

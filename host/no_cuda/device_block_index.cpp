@@ -26,41 +26,44 @@ DeviceBlockIndex::~DeviceBlockIndex() = default;
 DeviceBlockIndex::DeviceBlockIndex(DeviceBlockIndex&&) noexcept = default;
 DeviceBlockIndex& DeviceBlockIndex::operator=(DeviceBlockIndex&&) noexcept = default;
 
-std::size_t DeviceBlockIndex::insert(Namespace, int, const BlockDigest*, std::size_t,
-                                     cudaStream_t) {
+std::size_t DeviceBlockIndex::insert(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t,
+                                     std::size_t) {
   no_cuda("insert");
 }
-void DeviceBlockIndex::insert_async(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t) {
+void DeviceBlockIndex::insert_async(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t,
+                                    std::size_t) {
   no_cuda("insert_async");
 }
 std::size_t DeviceBlockIndex::insert(Namespace, const std::int32_t*, const BlockDigest*,
-                                     std::size_t, cudaStream_t) {
+                                     std::size_t, cudaStream_t, std::size_t) {
   no_cuda("insert");
 }
-std::size_t DeviceBlockIndex::erase(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t) {
+std::size_t DeviceBlockIndex::erase(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t,
+                                    std::size_t) {
   no_cuda("erase");
 }
-void DeviceBlockIndex::erase_async(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t) {
+void DeviceBlockIndex::erase_async(Namespace, int, const BlockDigest*, std::size_t, cudaStream_t,
+                                   std::size_t) {
   no_cuda("erase_async");
 }
 std::size_t DeviceBlockIndex::erase(Namespace, const std::int32_t*, const BlockDigest*, std::size_t,
-                                    cudaStream_t) {
+                                    cudaStream_t, std::size_t) {
   no_cuda("erase");
 }
 void DeviceBlockIndex::contains(Namespace, int, const BlockDigest*, std::size_t, std::uint8_t*,
-                                cudaStream_t) const {
+                                cudaStream_t, std::size_t) const {
   no_cuda("contains");
 }
 void DeviceBlockIndex::contains_async(Namespace, int, const BlockDigest*, std::size_t,
-                                      std::uint8_t*, cudaStream_t) const {
+                                      std::uint8_t*, cudaStream_t, std::size_t) const {
   no_cuda("contains_async");
 }
 void DeviceBlockIndex::contains(Namespace, const std::int32_t*, const BlockDigest*, std::size_t,
-                                std::uint8_t*, cudaStream_t) const {
+                                std::uint8_t*, cudaStream_t, std::size_t) const {
   no_cuda("contains");
 }
 void DeviceBlockIndex::contains_async(Namespace, const std::int32_t*, const BlockDigest*,
-                                      std::size_t, std::uint8_t*, cudaStream_t) const {
+                                      std::size_t, std::uint8_t*, cudaStream_t, std::size_t) const {
   no_cuda("contains_async");
 }
 std::size_t DeviceBlockIndex::size(cudaStream_t) const {

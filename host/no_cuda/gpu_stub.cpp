@@ -107,7 +107,7 @@ std::int64_t DeviceBatchBuffers::download_first_failed(cudaStream_t) const {
 }
 
 std::size_t insert_host_keys(DeviceBlockIndex&, Namespace, int, span<const BlockDigest>,
-                             cudaStream_t) {
+                             cudaStream_t, std::size_t) {
   unavailable();
 }
 

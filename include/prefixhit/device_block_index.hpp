@@ -1,4 +1,5 @@
-// The GPU-resident block index: a device hash set of (namespace, group id, 32-byte digest).
+// The GPU-resident block index: a device hash set of (namespace, group id, digest) keys, digests
+// of 8, 16 or 32 bytes.
 //
 // Same slot logic as the CPU BlockIndex (detail/index_slots.hpp): buckets of 32 slots, an 8-bit
 // tag per slot, structure-of-arrays storage (tags, meta words, digests), seeded hashing and
@@ -64,15 +65,18 @@ struct DeviceBlockIndexRef {
   detail::IndexHashKey hash_key{};
 
 #if defined(__CUDACC__)
-  /// Whether (ns, group_id, key) is in the index. A hit has compared the tag, the namespace, the
-  /// group id and all 32 digest bytes. A namespace above kMaxNamespace or a group id outside
-  /// [0, kMaxGroups) is never present. One thread answers one key; no warp synchronisation.
-  __device__ __forceinline__ bool contains(Namespace ns, int group_id,
-                                           const BlockDigest& key) const {
+  /// Whether (ns, group_id, key) is in the index, `key` a digest of `digest_size` bytes (8, 16
+  /// or 32; bytes past it must be zero, else it is never present). A hit has compared the tag,
+  /// the namespace, the group id, the width and all 32 digest bytes. A namespace above
+  /// kMaxNamespace or a group id outside [0, kMaxGroups) is never present. One thread answers
+  /// one key; no warp synchronisation.
+  __device__ __forceinline__ bool contains(Namespace ns, int group_id, const BlockDigest& key,
+                                           std::size_t digest_size = BlockDigest::kSize) const {
     if (!detail::valid_namespace(ns) || !detail::valid_group(group_id) || tags == nullptr) {
       return false;
     }
-    const detail::SlotKey slot_key = detail::make_slot_key(key, detail::pack_meta(ns, group_id));
+    const detail::SlotKey slot_key = detail::make_slot_key(
+        key, detail::pack_meta(ns, group_id, detail::digest_width_code(digest_size)));
     const detail::SlotPlace place =
         detail::place_of(detail::slot_hash(slot_key, hash_key), bucket_mask);
     return detail::find_slot_with<detail::DeviceSlotLoads>(tags, metas, digests, bucket_mask,
@@ -107,7 +111,14 @@ struct DeviceBlockIndexStats {
   std::size_t bytes = 0;       ///< device memory held by the table
 };
 
-/// A GPU-resident set of (namespace, group id, 32-byte digest).
+/// A GPU-resident set of (namespace, group id, digest).
+///
+/// Digest widths: every key call takes `digest_size` (8, 16 or 32 bytes, default 32; last, after
+/// the stream), the width of its keys; BlockDigest explains the zero-padded form. The width is
+/// part of the key, as in the CPU BlockIndex: the same bytes at two widths are two keys.
+/// Synchronous calls check narrow keys on the device first (InvalidArgument naming the first
+/// key with a nonzero byte past the width; nothing applied); `_async` calls cannot report it and
+/// read only the first digest_size bytes of each key.
 ///
 /// All key, group-id and output pointers are DEVICE pointers (n elements each; group-id arrays
 /// hold int32). Every call takes a stream (default: the legacy default stream). Synchronous
@@ -141,31 +152,37 @@ class DeviceBlockIndex {
 
   /// Inserts n keys of one group; returns how many were new (in-batch duplicates count once).
   std::size_t insert(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                     cudaStream_t stream = nullptr);
+                     cudaStream_t stream = nullptr, std::size_t digest_size = BlockDigest::kSize);
   void insert_async(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                    cudaStream_t stream = nullptr);
+                    cudaStream_t stream = nullptr, std::size_t digest_size = BlockDigest::kSize);
   /// Per-key group ids (device array of n int32); all are validated before any key is applied.
   std::size_t insert(Namespace ns, const std::int32_t* group_ids, const BlockDigest* keys,
-                     std::size_t n, cudaStream_t stream = nullptr);
+                     std::size_t n, cudaStream_t stream = nullptr,
+                     std::size_t digest_size = BlockDigest::kSize);
 
   /// Erases keys; absent keys are ignored. Returns how many were removed.
   std::size_t erase(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                    cudaStream_t stream = nullptr);
+                    cudaStream_t stream = nullptr, std::size_t digest_size = BlockDigest::kSize);
   void erase_async(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                   cudaStream_t stream = nullptr);
+                   cudaStream_t stream = nullptr, std::size_t digest_size = BlockDigest::kSize);
   std::size_t erase(Namespace ns, const std::int32_t* group_ids, const BlockDigest* keys,
-                    std::size_t n, cudaStream_t stream = nullptr);
+                    std::size_t n, cudaStream_t stream = nullptr,
+                    std::size_t digest_size = BlockDigest::kSize);
 
   /// out[i] = 1 if key i is present, else 0; every out[i] is written.
   void contains(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                std::uint8_t* out, cudaStream_t stream = nullptr) const;
+                std::uint8_t* out, cudaStream_t stream = nullptr,
+                std::size_t digest_size = BlockDigest::kSize) const;
   void contains_async(Namespace ns, int group_id, const BlockDigest* keys, std::size_t n,
-                      std::uint8_t* out, cudaStream_t stream = nullptr) const;
+                      std::uint8_t* out, cudaStream_t stream = nullptr,
+                      std::size_t digest_size = BlockDigest::kSize) const;
   /// Per-key group ids; a group id outside [0, kMaxGroups) is simply absent (out[i] = 0).
   void contains(Namespace ns, const std::int32_t* group_ids, const BlockDigest* keys, std::size_t n,
-                std::uint8_t* out, cudaStream_t stream = nullptr) const;
+                std::uint8_t* out, cudaStream_t stream = nullptr,
+                std::size_t digest_size = BlockDigest::kSize) const;
   void contains_async(Namespace ns, const std::int32_t* group_ids, const BlockDigest* keys,
-                      std::size_t n, std::uint8_t* out, cudaStream_t stream = nullptr) const;
+                      std::size_t n, std::uint8_t* out, cudaStream_t stream = nullptr,
+                      std::size_t digest_size = BlockDigest::kSize) const;
 
   /// Live keys; synchronises `stream`.
   std::size_t size(cudaStream_t stream = nullptr) const;

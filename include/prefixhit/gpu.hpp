@@ -142,11 +142,13 @@ class DeviceBatchBuffers {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Copies host keys to the device and inserts them into `index` for one group (synchronous);
-/// returns how many were new. For tools, tests and warm-up: a runtime whose keys already live on
-/// the device calls DeviceBlockIndex::insert directly.
+/// Copies host keys (of `digest_size` bytes, as DeviceBlockIndex::insert) to the device and
+/// inserts them into `index` for one group (synchronous); returns how many were new. For tools,
+/// tests and warm-up: a runtime whose keys already live on the device calls
+/// DeviceBlockIndex::insert directly.
 std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id,
-                             span<const BlockDigest> keys, cudaStream_t stream = nullptr);
+                             span<const BlockDigest> keys, cudaStream_t stream = nullptr,
+                             std::size_t digest_size = BlockDigest::kSize);
 
 /// Batched longest-prefix lookups on the GPU, bit for bit the CPU engine's answers
 /// (Coordinator::find_longest_cache_hits). The configuration-only part (the LookupPlan) is
@@ -175,8 +177,10 @@ class BatchLookupEngine {
   // InvalidArgument for missing pointers or a negative request count, CudaError when a launch
   // fails. num_requests == 0 launches nothing (first_failed, if given, is set to 0).
 
-  /// Existence from the resident device index (DeviceBlockIndex::ref()), namespace `ns`. The
-  /// index must not be modified until the lookup has run (order both on one stream).
+  /// Existence from the resident device index (DeviceBlockIndex::ref()), namespace `ns`: keys of
+  /// the coordinator's Config::digest_size (a digest with a nonzero byte past that width is
+  /// never present). The index must not be modified until the lookup has run (order both on
+  /// one stream).
   void lookup_async(const DeviceBatch& batch, const DeviceBlockIndexRef& index, Namespace ns,
                     const DeviceLookupOutput& out, cudaStream_t stream) const;
   void lookup(const DeviceBatch& batch, const DeviceBlockIndexRef& index, Namespace ns,
@@ -192,8 +196,9 @@ class BatchLookupEngine {
 
   // ---- host arrays in, host result out ---------------------------------------------------------
   // Same contract as Coordinator::find_longest_cache_hits: the batch is checked with
-  // Coordinator::validate_batch first, and the first failing request's error is thrown as its
-  // typed exception, "request <r>: <reason>".
+  // Coordinator::validate_batch first (and every digest against the coordinator's digest_size),
+  // and the first failing request's error is thrown as its typed exception,
+  // "request <r>: <reason>".
 
   /// Existence from the resident device index, namespace `ns`.
   BatchLookupResult find_longest_cache_hits(const LookupBatch& batch, const DeviceBlockIndex& index,
