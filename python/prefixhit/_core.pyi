@@ -87,7 +87,17 @@ class KeySet:
     A native set of (group_id, key) pairs: the fastest store for repeated or batched lookups when the caller owns the store content. Any group id is accepted; ids outside a configuration never match.
     """
 
-    def __init__(self, entries: Iterable[tuple[int, bytes]] | None = None) -> None: ...
+    def __init__(
+        self, entries: Iterable[tuple[int, bytes]] | None = None, *, digest_size: int = 32
+    ) -> None:
+        """
+        digest_size: the width of every key, 8, 16 or 32 bytes; a lookup needs a KeySet of its coordinator's digest_size.
+        """
+
+    @property
+    def digest_size(self) -> int:
+        """The width of the keys, in bytes."""
+
     def add(self, group_id: int, key: bytes) -> bool:
         """Adds one pair; returns False if it was already present."""
 
@@ -96,7 +106,7 @@ class KeySet:
 
     def insert(self, group_ids: int | IntArray, keys: Digests) -> int:
         """
-        Bulk insert: keys as a [n, 32] uint8 array (or bytes of n*32, or a list of bytes), group_ids one int or one per key. Returns how many pairs were new.
+        Bulk insert: keys as a [n, w] uint8 array (or bytes of n*w, or a list of w-byte bytes; w = digest_size), group_ids one int or one per key. Returns how many pairs were new.
         """
 
     def __contains__(self, pair: object) -> bool: ...
@@ -173,9 +183,10 @@ class BlockIndex:
         *,
         namespace: int = 0,
         stream: int | None = None,
+        digest_size: int = 32,
     ) -> int:
         """
-        Inserts keys ([n, 32] uint8 array, bytes of n*32, or a list of bytes) for one group id or one id per key. Returns how many were new.
+        Inserts keys ([n, w] uint8 array, bytes of n*w, or a list of w-byte bytes, w = digest_size: 8, 16 or 32) for one group id or one id per key. Returns how many were new. The width is part of the key: the same bytes at two widths are two keys.
         """
 
     def erase(
@@ -185,6 +196,7 @@ class BlockIndex:
         *,
         namespace: int = 0,
         stream: int | None = None,
+        digest_size: int = 32,
     ) -> int:
         """Erases keys (absent ones are ignored). Returns how many were removed."""
 
@@ -195,6 +207,7 @@ class BlockIndex:
         *,
         namespace: int = 0,
         stream: int | None = None,
+        digest_size: int = 32,
     ) -> numpy.ndarray:
         """A bool array: whether each (group_id, key) is present."""
 
@@ -227,6 +240,8 @@ class Coordinator:
         hash_block_size: int,
         use_eagle: bool = False,
         retention_interval: int | None = None,
+        *,
+        digest_size: int = 32,
     ) -> None:
         """
         groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like the vectors' group objects (kind, block_size, eagle, sliding_window, attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).
@@ -234,6 +249,7 @@ class Coordinator:
         hash_block_size: H, the granularity of the request's hash chain.
         use_eagle: speculative decoding with an EAGLE/MTP drafter is on.
         retention_interval: None, 0 or a positive token count (store masks only).
+        digest_size: bytes per block hash, 8, 16 or 32 (vLLM's sha256 hashes are 32, xxhash 16, KV events' integer hashes 8). Every digest argument must have it, and a store must hold keys of it.
         """
 
     @staticmethod
@@ -252,6 +268,10 @@ class Coordinator:
     def scheduler_block_size(self) -> int: ...
     @property
     def use_eagle(self) -> bool: ...
+    @property
+    def digest_size(self) -> int:
+        """Bytes per block hash: 8, 16 or 32."""
+
     @property
     def retention_interval(self) -> int | None: ...
     @property

@@ -64,19 +64,33 @@ PyBlockIndex& as_block_index(nb::handle obj) {
 }
 
 const ExistenceSource* cpu_view(const PyBlockIndex& index, Namespace ns,
-                                std::optional<BlockIndex::View>& storage) {
+                                std::optional<BlockIndex::View>& storage, std::size_t digest_size) {
   if (!index.cpu) {
     throw Unavailable("a '" + index.device +
                       "' BlockIndex cannot serve host lookups; use a 'cpu' index");
   }
-  storage.emplace(*index.cpu, ns);
+  storage.emplace(*index.cpu, ns, digest_size);
   return &*storage;
 }
+
+namespace {
+
+/// The Python bindings move keys to a 'cuda' index as 32-byte digests only.
+void require_gpu_width(std::size_t digest_size) {
+  if (digest_size != BlockDigest::kSize) {
+    throw InvalidArgument("digest_size " + std::to_string(digest_size) +
+                          " is not supported for a 'cuda' BlockIndex from Python (only 32); the "
+                          "C++ DeviceBlockIndex takes every width");
+  }
+}
+
+}  // namespace
 
 void bind_block_index(nb::module_& m) {
   nb::class_<PyBlockIndex>(
       m, "BlockIndex",
-      "A resident set of (namespace, group_id, 32-byte key) entries, the store of "
+      "A resident set of (namespace, group_id, key) entries, keys of 8, 16 or 32 bytes, the store "
+      "of "
       "find_longest_cache_hit(s) for a runtime that keeps its store's key directory in "
       "process. Thread-safe: concurrent readers and writers; each bulk call is atomic.\n\n"
       "device='cpu' is the host index. device='cuda' is the GPU-resident index; it needs a "
@@ -118,71 +132,81 @@ void bind_block_index(nb::module_& m) {
       .def(
           "insert",
           [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns,
-             nb::handle stream) {
+             nb::handle stream, std::size_t digest_size) {
             const Namespace space = to_namespace(ns);
             if (self.gpu) {
+              require_gpu_width(digest_size);
               return device_index_update(*self.gpu, space, group_ids, keys, stream, false);
             }
-            const Digests d(keys, "keys", DigestShape::sequence_or_flat);
+            const Digests d(keys, "keys", DigestShape::sequence_or_flat, digest_size);
             const GroupIds ids = group_ids_for(group_ids, d.size());
             BlockIndex& index = cpu_index(self);
             nb::gil_scoped_release release;
-            return ids.single
-                       ? index.insert(space, *ids.single, d.view())
-                       : index.insert(space, span<const std::int32_t>(ids.per_key), d.view());
+            return ids.single ? index.insert(space, *ids.single, d.view(), digest_size)
+                              : index.insert(space, span<const std::int32_t>(ids.per_key), d.view(),
+                                             digest_size);
           },
           nb::arg("group_ids").none(), nb::arg("keys").none(), nb::kw_only(),
           nb::arg("namespace") = 0, nb::arg("stream").none() = nb::none(),
+          nb::arg("digest_size") = BlockDigest::kSize,
           nb::sig("def insert(self, group_ids: int | IntArray, keys: Digests, *, "
-                  "namespace: int = 0, stream: int | None = None) -> int"),
-          "Inserts keys ([n, 32] uint8 array, bytes of n*32, or a list of bytes) for one group "
-          "id or one id per key. Returns how many were new.")
+                  "namespace: int = 0, stream: int | None = None, digest_size: int = 32) -> int"),
+          "Inserts keys ([n, w] uint8 array, bytes of n*w, or a list of w-byte bytes, w = "
+          "digest_size: 8, 16 or 32) for one group id or one id per key. Returns how many were "
+          "new. The width is part of the key: the same bytes at two widths are two keys.")
       .def(
           "erase",
           [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns,
-             nb::handle stream) {
+             nb::handle stream, std::size_t digest_size) {
             const Namespace space = to_namespace(ns);
             if (self.gpu) {
+              require_gpu_width(digest_size);
               return device_index_update(*self.gpu, space, group_ids, keys, stream, true);
             }
-            const Digests d(keys, "keys", DigestShape::sequence_or_flat);
+            const Digests d(keys, "keys", DigestShape::sequence_or_flat, digest_size);
             const GroupIds ids = group_ids_for(group_ids, d.size());
             BlockIndex& index = cpu_index(self);
             nb::gil_scoped_release release;
-            return ids.single ? index.erase(space, *ids.single, d.view())
-                              : index.erase(space, span<const std::int32_t>(ids.per_key), d.view());
+            return ids.single ? index.erase(space, *ids.single, d.view(), digest_size)
+                              : index.erase(space, span<const std::int32_t>(ids.per_key), d.view(),
+                                            digest_size);
           },
           nb::arg("group_ids").none(), nb::arg("keys").none(), nb::kw_only(),
           nb::arg("namespace") = 0, nb::arg("stream").none() = nb::none(),
+          nb::arg("digest_size") = BlockDigest::kSize,
           nb::sig("def erase(self, group_ids: int | IntArray, keys: Digests, *, "
-                  "namespace: int = 0, stream: int | None = None) -> int"),
+                  "namespace: int = 0, stream: int | None = None, digest_size: int = 32) -> int"),
           "Erases keys (absent ones are ignored). Returns how many were removed.")
       .def(
           "contains",
           [](PyBlockIndex& self, nb::handle group_ids, nb::handle keys, std::int64_t ns,
-             nb::handle stream) {
+             nb::handle stream, std::size_t digest_size) {
             const Namespace space = to_namespace(ns);
             if (self.gpu) {
+              require_gpu_width(digest_size);
               return device_index_contains(*self.gpu, space, group_ids, keys, stream);
             }
-            const Digests d(keys, "keys", DigestShape::sequence_or_flat);
+            const Digests d(keys, "keys", DigestShape::sequence_or_flat, digest_size);
             const GroupIds ids = group_ids_for(group_ids, d.size());
             BlockIndex& index = cpu_index(self);
             std::vector<std::uint8_t> out(d.size());
             {
               nb::gil_scoped_release release;
               if (ids.single) {
-                index.contains(space, *ids.single, d.view(), out.data());
+                index.contains(space, *ids.single, d.view(), out.data(), digest_size);
               } else {
-                index.contains(space, span<const std::int32_t>(ids.per_key), d.view(), out.data());
+                index.contains(space, span<const std::int32_t>(ids.per_key), d.view(), out.data(),
+                               digest_size);
               }
             }
             return owned_bool_array(std::move(out));
           },
           nb::arg("group_ids").none(), nb::arg("keys").none(), nb::kw_only(),
           nb::arg("namespace") = 0, nb::arg("stream").none() = nb::none(),
+          nb::arg("digest_size") = BlockDigest::kSize,
           nb::sig("def contains(self, group_ids: int | IntArray, keys: Digests, *, "
-                  "namespace: int = 0, stream: int | None = None) -> numpy.ndarray"),
+                  "namespace: int = 0, stream: int | None = None, digest_size: int = 32) -> "
+                  "numpy.ndarray"),
           "A bool array: whether each (group_id, key) is present.")
       .def(
           "__contains__",
@@ -191,16 +215,25 @@ void bind_block_index(nb::module_& m) {
               return false;
             }
             const std::int64_t gid = to_int64(pair[0], "group_id");
-            const Digests d(nb::make_tuple(pair[1]), "key", DigestShape::sequence);
+            // The key's own length is its width (8, 16 or 32 bytes).
+            const Py_ssize_t len = PyObject_Length(pair[1].ptr());
+            if (len < 0) {
+              PyErr_Clear();
+            }
+            const std::size_t width = BlockDigest::valid_size(static_cast<std::size_t>(len))
+                                          ? static_cast<std::size_t>(len)
+                                          : BlockDigest::kSize;
+            const Digests d(nb::make_tuple(pair[1]), "key", DigestShape::sequence, width);
             if (gid < 0 || gid >= kMaxGroups) {
               return false;
             }
             if (self.gpu) {
+              require_gpu_width(width);
               nb::object found = device_index_contains(*self.gpu, 0, nb::int_(gid),
                                                        nb::make_tuple(pair[1]), nb::none());
               return nb::cast<bool>(found[nb::int_(0)]);
             }
-            return cpu_index(self).contains(0, static_cast<int>(gid), d.data()[0]);
+            return cpu_index(self).contains(0, static_cast<int>(gid), d.data()[0], width);
           },
           nb::arg("pair").none(), "(group_id, key) in index: membership in namespace 0.")
       .def(

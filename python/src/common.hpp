@@ -62,8 +62,12 @@ enum class DigestShape {
 /// store can be probed without building new bytes objects.
 class Digests {
  public:
-  Digests(nb::handle obj, const char* name, DigestShape shape);
+  /// `width`: the digest size in bytes (8, 16 or 32); items must be exactly that long, arrays
+  /// [n, width]; narrower digests are zero-padded into BlockDigest's 32-byte form.
+  Digests(nb::handle obj, const char* name, DigestShape shape,
+          std::size_t width = BlockDigest::kSize);
   span<const BlockDigest> view() const noexcept { return {data_, size_}; }
+  std::size_t width() const noexcept { return width_; }
   std::size_t size() const noexcept { return size_; }
   const BlockDigest* data() const noexcept { return data_; }
   /// Original `bytes` items (borrowed from `keep_`), or empty.
@@ -72,6 +76,8 @@ class Digests {
  private:
   void from_buffer(const char* name, DigestShape shape);
   void from_sequence(nb::handle obj, const char* name);
+
+  std::size_t width_ = BlockDigest::kSize;
 
   Buffer buffer_;
   nb::object keep_;
@@ -105,8 +111,8 @@ class IntArray {
 /// TypeError naming the argument for anything else (float, str, None).
 std::int64_t to_int64(nb::handle obj, const char* name);
 
-/// A Python `bytes` copy of one digest.
-nb::bytes digest_bytes(const BlockDigest& digest);
+/// A Python `bytes` copy of one digest of `width` bytes.
+nb::bytes digest_bytes(const BlockDigest& digest, std::size_t width = BlockDigest::kSize);
 
 /// Whether `obj` is a DLPack-capable array that lives on a CUDA device (tensor or managed
 /// memory). Host arrays (numpy, CPU tensors, pinned host memory) return false.
@@ -136,7 +142,8 @@ struct PyBlockIndex {
 };
 /// A lookup's view of a PyBlockIndex in one namespace (CPU indexes only).
 const ExistenceSource* cpu_view(const PyBlockIndex& index, Namespace ns,
-                                std::optional<BlockIndex::View>& storage);
+                                std::optional<BlockIndex::View>& storage,
+                                std::size_t digest_size = BlockDigest::kSize);
 bool is_block_index(nb::handle obj);
 PyBlockIndex& as_block_index(nb::handle obj);
 void bind_block_index(nb::module_& m);
@@ -162,6 +169,8 @@ class PyContainsSource final : public ExistenceSource {
   PyContainsSource& operator=(const PyContainsSource&) = delete;
   std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                       std::int64_t step, int count) const override;
+  /// The container holds keys as `bytes` of the lookup's width.
+  std::size_t digest_size() const noexcept override { return digests_.width(); }
   /// Re-raises a Python error a probe met, if any.
   void check() const;
 

@@ -147,8 +147,8 @@ std::int64_t to_int64(nb::handle obj, const char* name) {
   type_error(std::string(name) + " must be an int, got " + py_type_name(obj));
 }
 
-nb::bytes digest_bytes(const BlockDigest& digest) {
-  return nb::bytes(reinterpret_cast<const char*>(digest.bytes.data()), BlockDigest::kSize);
+nb::bytes digest_bytes(const BlockDigest& digest, std::size_t width) {
+  return nb::bytes(reinterpret_cast<const char*>(digest.bytes.data()), width);
 }
 
 bool is_cuda_array(nb::handle obj) {
@@ -171,17 +171,18 @@ bool is_cuda_array(nb::handle obj) {
 
 // ---- Digests -----------------------------------------------------------------------------------
 
-Digests::Digests(nb::handle obj, const char* name, DigestShape shape) {
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width)
+    : width_(width) {
+  check_digest_size(width, name);
   PyObject* o = obj.ptr();
   if (PyList_Check(o) || PyTuple_Check(o)) {
     from_sequence(obj, name);
     return;
   }
   if ((PyBytes_Check(o) || PyByteArray_Check(o)) && shape == DigestShape::sequence) {
-    type_error(std::string(name) +
-               " must be a sequence of 32-byte digests (a list of bytes or a "
-               "[n, 32] uint8 array), got a single " +
-               py_type_name(obj));
+    type_error(std::string(name) + " must be a sequence of " + std::to_string(width_) +
+               "-byte digests (a list of bytes or a [n, " + std::to_string(width_) +
+               "] uint8 array), got a single " + py_type_name(obj));
   }
   if (is_cuda_array(obj)) {
     type_error(std::string(name) +
@@ -210,7 +211,7 @@ Digests::Digests(nb::handle obj, const char* name, DigestShape shape) {
 
 void Digests::from_buffer(const char* name, DigestShape shape) {
   const Py_buffer& v = buffer_.view();
-  constexpr std::size_t k = BlockDigest::kSize;
+  const std::size_t k = width_;
   const char f = buffer_.format_char();
   const bool bytes_items = v.itemsize == 1 && (f == 'B' || f == 'b' || f == 'c');
   if (v.ndim == 2 && bytes_items && v.shape[1] == static_cast<Py_ssize_t>(k)) {
@@ -220,7 +221,7 @@ void Digests::from_buffer(const char* name, DigestShape shape) {
   } else if (v.ndim == 1 && bytes_items && shape == DigestShape::sequence_or_flat) {
     if (v.len % static_cast<Py_ssize_t>(k) != 0) {
       value_error(std::string(name) + " has " + std::to_string(v.len) +
-                  " bytes, which is not a whole number of 32-byte digests");
+                  " bytes, which is not a whole number of " + std::to_string(k) + "-byte digests");
     }
     size_ = static_cast<std::size_t>(v.len) / k;
   } else if (!bytes_items && !buffer_.is_fixed_bytes(k) && v.ndim >= 1) {
@@ -231,10 +232,18 @@ void Digests::from_buffer(const char* name, DigestShape shape) {
     for (int d = 0; d < v.ndim; ++d) {
       dims += (d ? ", " : "") + std::to_string(v.shape[d]);
     }
-    value_error(std::string(name) + " must have shape [n, 32] (uint8), got [" + dims + "]");
+    value_error(std::string(name) + " must have shape [n, " + std::to_string(k) +
+                "] (uint8), got [" + dims + "]");
   }
   // Borrow when the memory is suitably aligned (numpy and bytes always are); else copy.
-  if (reinterpret_cast<std::uintptr_t>(v.buf) % alignof(BlockDigest) == 0) {
+  // Narrower digests are widened (zero-padded) into a copy.
+  if (k != BlockDigest::kSize) {
+    owned_.assign(size_, BlockDigest{});
+    for (std::size_t i = 0; i < size_; ++i) {
+      std::memcpy(owned_[i].bytes.data(), static_cast<const std::uint8_t*>(v.buf) + i * k, k);
+    }
+    data_ = owned_.data();
+  } else if (reinterpret_cast<std::uintptr_t>(v.buf) % alignof(BlockDigest) == 0) {
     data_ = static_cast<const BlockDigest*>(v.buf);
   } else {
     owned_.resize(size_);
@@ -249,8 +258,8 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   PyObject* fast = PySequence_Fast(obj.ptr(), "");
   if (fast == nullptr) {
     PyErr_Clear();
-    type_error(std::string(name) + " must be a sequence of 32-byte digests, got " +
-               py_type_name(obj));
+    type_error(std::string(name) + " must be a sequence of " + std::to_string(width_) +
+               "-byte digests, got " + py_type_name(obj));
   }
   keep_ = nb::steal(fast);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -258,7 +267,7 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   owned_.resize(static_cast<std::size_t>(n));
   items_.resize(static_cast<std::size_t>(n));
   bool all_bytes = true;
-  constexpr Py_ssize_t k = BlockDigest::kSize;
+  const auto k = static_cast<Py_ssize_t>(width_);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = items[i];
     auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
@@ -273,8 +282,8 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       all_bytes = false;
       Buffer b;
       if (PyUnicode_Check(item) || !b.acquire(item)) {
-        type_error(std::string(name) + "[" + std::to_string(i) +
-                   "] must be a 32-byte bytes object, got " + py_type_name(item));
+        type_error(std::string(name) + "[" + std::to_string(i) + "] must be a " +
+                   std::to_string(k) + "-byte bytes object, got " + py_type_name(item));
       }
       len = b.view().len;
       if (len == k) {
@@ -282,8 +291,8 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       }
     }
     if (len != k) {
-      value_error(std::string(name) + "[" + std::to_string(i) + "] must be 32 bytes, got " +
-                  std::to_string(len));
+      value_error(std::string(name) + "[" + std::to_string(i) + "] must be " + std::to_string(k) +
+                  " bytes, got " + std::to_string(len));
     }
   }
   if (!all_bytes) {
@@ -424,7 +433,7 @@ std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, s
       Py_INCREF(key);
     } else {
       key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
-                                      BlockDigest::kSize);
+                                      static_cast<Py_ssize_t>(digests_.width()));
     }
     PyObject* pair = key == nullptr ? nullptr : PyTuple_Pack(2, id, key);
     Py_XDECREF(key);
@@ -470,7 +479,7 @@ void fill_key_set(KeySet& set, nb::handle iterable, const char* name) {
       type_error(where + " must be a (group_id, key) pair, got " + py_type_name(entry));
     }
     const std::int64_t gid = to_int64(entry[0], (where + " group_id").c_str());
-    Digests key(nb::make_tuple(entry[1]), where.c_str(), DigestShape::sequence);
+    Digests key(nb::make_tuple(entry[1]), where.c_str(), DigestShape::sequence, set.digest_size());
     // Ids that fit no configuration can never match; the reference accepts them, so do we.
     if (gid >= std::numeric_limits<int>::min() && gid <= std::numeric_limits<int>::max()) {
       set.insert(static_cast<int>(gid), key.data()[0]);
@@ -513,7 +522,7 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& dige
     no_namespace("a KeySet");
     source_ = &nb::cast<PyKeySet&>(store).set;
   } else if (is_block_index(store)) {
-    source_ = cpu_view(as_block_index(store), ns, view_);
+    source_ = cpu_view(as_block_index(store), ns, view_, digests.width());
   } else if (nb::isinstance<PyPlanAnswers>(store)) {
     no_namespace("PlanAnswers");
     const PyPlanAnswers& answers = nb::cast<const PyPlanAnswers&>(store);
@@ -534,7 +543,7 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& dige
              (PyList_Check(o) || PyTuple_Check(o) || PyIter_Check(o) ||
               is_abc_instance(store, "Iterable"))) {
     no_namespace("an iterable of pairs");
-    built_.emplace();
+    built_.emplace(digests.width());
     fill_key_set(*built_, store, "store");
     source_ = &*built_;
   } else {

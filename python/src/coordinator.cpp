@@ -36,8 +36,13 @@ bool strict_bool(nb::handle value, const char* name) {
 }
 
 Config make_config(nb::handle groups, nb::handle scheduler_block_size, nb::handle hash_block_size,
-                   nb::handle use_eagle, nb::handle retention_interval) {
+                   nb::handle use_eagle, nb::handle retention_interval,
+                   nb::handle digest_size = nb::none()) {
   Config config;
+  if (!digest_size.is_none()) {
+    const std::int64_t width = to_int64(digest_size, "digest_size");
+    config.digest_size = width < 0 ? 0 : static_cast<std::size_t>(width);  // 0: refused below
+  }
   config.scheduler_block_size = to_int64(scheduler_block_size, "scheduler_block_size");
   config.hash_block_size = to_int64(hash_block_size, "hash_block_size");
   config.use_eagle = strict_bool(use_eagle, "use_eagle");
@@ -75,7 +80,8 @@ Namespace to_namespace(nb::handle value) {
 nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
                  nb::handle store, bool apply_eagle, nb::handle ns) {
   const Coordinator& c = self.c;
-  const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
+  const Digests digests(block_hashes, "block_hashes", DigestShape::sequence,
+                        c.config().digest_size);
   const std::int64_t max_len = to_int64(max_length, "max_length");
   if (is_block_index(store) && as_block_index(store).gpu) {
     // A device index answers through the GPU engine: a batch of one request.
@@ -112,12 +118,12 @@ nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_le
   return nb::make_tuple(lookup_masks(result), result.hit_length);
 }
 
-std::int64_t num_hashes_of(nb::handle block_hashes) {
+std::int64_t num_hashes_of(nb::handle block_hashes, std::size_t digest_size) {
   if (PyLong_Check(block_hashes.ptr())) {
     return to_int64(block_hashes, "block_hashes");
   }
   return static_cast<std::int64_t>(
-      Digests(block_hashes, "block_hashes", DigestShape::sequence).size());
+      Digests(block_hashes, "block_hashes", DigestShape::sequence, digest_size).size());
 }
 
 nb::list spec_groups(const PyCoordinator& self) {
@@ -165,24 +171,29 @@ void bind_coordinator(nb::module_& m) {
   cls.def(
          "__init__",
          [](PyCoordinator* self, nb::handle groups, nb::handle scheduler_block_size,
-            nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval) {
+            nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval,
+            nb::handle digest_size) {
            Config config = make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
-                                       retention_interval);
+                                       retention_interval, digest_size);
            new (self) PyCoordinator(std::move(config));
          },
          nb::arg("groups").none(), nb::arg("scheduler_block_size").none(),
          nb::arg("hash_block_size").none(), nb::arg("use_eagle").none() = false,
-         nb::arg("retention_interval").none() = nb::none(),
+         nb::arg("retention_interval").none() = nb::none(), nb::kw_only(),
+         nb::arg("digest_size") = BlockDigest::kSize,
          nb::sig("def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], "
                  "scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, "
-                 "retention_interval: int | None = None) -> None"),
+                 "retention_interval: int | None = None, *, digest_size: int = 32) -> None"),
          "groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like "
          "the vectors' group objects (kind, block_size, eagle, sliding_window, "
          "attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).\n"
          "scheduler_block_size: S, a common multiple of every block size.\n"
          "hash_block_size: H, the granularity of the request's hash chain.\n"
          "use_eagle: speculative decoding with an EAGLE/MTP drafter is on.\n"
-         "retention_interval: None, 0 or a positive token count (store masks only).")
+         "retention_interval: None, 0 or a positive token count (store masks only).\n"
+         "digest_size: bytes per block hash, 8, 16 or 32 (vLLM's sha256 hashes are 32, "
+         "xxhash 16, KV events' integer hashes 8). Every digest argument must have it, and a "
+         "store must hold keys of it.")
       .def_static(
           "from_config",
           [](nb::dict config) {
@@ -190,7 +201,7 @@ void bind_coordinator(nb::module_& m) {
               const std::string name = nb::cast<std::string>(nb::str(key));
               if (name != "groups" && name != "scheduler_block_size" && name != "hash_block_size" &&
                   name != "use_eagle" && name != "retention_interval" &&
-                  name != "enable_partial_hash_hits") {
+                  name != "enable_partial_hash_hits" && name != "digest_size") {
                 throw InvalidConfig("unknown config field '" + name + "'");
               }
             }
@@ -203,9 +214,11 @@ void bind_coordinator(nb::module_& m) {
                 config.contains("use_eagle") ? config["use_eagle"] : nb::object(nb::bool_(false));
             nb::object retention =
                 config.contains("retention_interval") ? config["retention_interval"] : nb::none();
+            nb::object digest_size =
+                config.contains("digest_size") ? config["digest_size"] : nb::none();
             return std::make_unique<PyCoordinator>(
                 make_config(config["groups"], config["scheduler_block_size"],
-                            config["hash_block_size"], use_eagle, retention));
+                            config["hash_block_size"], use_eagle, retention, digest_size));
           },
           nb::arg("config"),
           nb::sig("def from_config(config: Mapping[str, object]) -> Coordinator"),
@@ -220,6 +233,9 @@ void bind_coordinator(nb::module_& m) {
       .def_prop_ro("scheduler_block_size",
                    [](const PyCoordinator& self) { return self.c.config().scheduler_block_size; })
       .def_prop_ro("use_eagle", [](const PyCoordinator& self) { return self.c.config().use_eagle; })
+      .def_prop_ro(
+          "digest_size", [](const PyCoordinator& self) { return self.c.config().digest_size; },
+          "Bytes per block hash: 8, 16 or 32.")
       .def_prop_ro("retention_interval",
                    [](const PyCoordinator& self) { return self.c.config().retention_interval; })
       .def_prop_ro(
@@ -249,10 +265,11 @@ void bind_coordinator(nb::module_& m) {
       .def(
           "chunk_keys",
           [](const PyCoordinator& self, nb::handle block_hashes, std::int64_t block_size) {
-            const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
+            const std::size_t width = self.c.config().digest_size;
+            const Digests digests(block_hashes, "block_hashes", DigestShape::sequence, width);
             nb::list out;
             for (const BlockDigest& key : self.c.chunk_keys(digests.view(), block_size)) {
-              out.append(digest_bytes(key));
+              out.append(digest_bytes(key, width));
             }
             return out;
           },
@@ -281,7 +298,7 @@ void bind_coordinator(nb::module_& m) {
       .def(
           "load_mask",
           [](const PyCoordinator& self, nb::handle block_hashes, nb::handle token_len) {
-            const std::int64_t n = num_hashes_of(block_hashes);
+            const std::int64_t n = num_hashes_of(block_hashes, self.c.config().digest_size);
             return lookup_masks(self.c.load_mask(n, to_int64(token_len, "token_len")));
           },
           nb::arg("block_hashes").none(), nb::arg("token_len").none(),
@@ -320,7 +337,8 @@ void bind_coordinator(nb::module_& m) {
       .def(
           "key_plan",
           [](const PyCoordinator& self, nb::handle block_hashes, nb::handle max_length) {
-            const Digests digests(block_hashes, "block_hashes", DigestShape::sequence);
+            const Digests digests(block_hashes, "block_hashes", DigestShape::sequence,
+                                  self.c.config().digest_size);
             return PyKeyPlan{self.c.key_plan(digests.view(), to_int64(max_length, "max_length")),
                              self.c.num_groups()};
           },

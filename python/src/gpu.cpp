@@ -64,7 +64,7 @@ PyBatchResult host_arrays_on_device_index(PyCoordinator& self, nb::handle digest
                                           nb::handle offsets, nb::handle max_lengths,
                                           nb::handle apply_eagle, const DeviceBlockIndex& index,
                                           Namespace ns, cudaStream_t stream) {
-  const Digests d(digests, "digests", DigestShape::sequence_or_flat);
+  const Digests d(digests, "digests", DigestShape::sequence_or_flat, self.c.config().digest_size);
   const IntArray<std::int64_t> offs(offsets, "offsets");
   const std::size_t requests = offs.size() == 0 ? 0 : offs.size() - 1;
   const IntArray<std::int64_t> lengths(max_lengths, "max_lengths", /*allow_scalar=*/true);

@@ -34,18 +34,27 @@ void bind_stores(nb::module_& m) {
                        "is accepted; ids outside a configuration never match.")
       .def(
           "__init__",
-          [](PyKeySet* self, nb::handle entries) {
-            new (self) PyKeySet();
+          [](PyKeySet* self, nb::handle entries, std::size_t digest_size) {
+            KeySet set(digest_size);
             if (!entries.is_none()) {
-              fill_key_set(self->set, entries, "entries");
+              fill_key_set(set, entries, "entries");
             }
+            new (self) PyKeySet{std::move(set)};
           },
-          nb::arg("entries").none() = nb::none(),
-          nb::sig("def __init__(self, entries: Iterable[tuple[int, bytes]] | None = None) -> None"))
+          nb::arg("entries").none() = nb::none(), nb::kw_only(),
+          nb::arg("digest_size") = BlockDigest::kSize,
+          nb::sig("def __init__(self, entries: Iterable[tuple[int, bytes]] | None = None, *, "
+                  "digest_size: int = 32) -> None"),
+          "digest_size: the width of every key, 8, 16 or 32 bytes; a lookup needs a KeySet of "
+          "its coordinator's digest_size.")
+      .def_prop_ro(
+          "digest_size", [](const PyKeySet& self) { return self.set.digest_size(); },
+          "The width of the keys, in bytes.")
       .def(
           "add",
           [](PyKeySet& self, std::int64_t group_id, nb::handle key) {
-            const Digests d(nb::make_tuple(key), "key", DigestShape::sequence);
+            const Digests d(nb::make_tuple(key), "key", DigestShape::sequence,
+                            self.set.digest_size());
             if (group_id < INT32_MIN || group_id > INT32_MAX) {
               throw InvalidArgument("group_id " + std::to_string(group_id) + " is out of range");
             }
@@ -63,7 +72,7 @@ void bind_stores(nb::module_& m) {
       .def(
           "insert",
           [](PyKeySet& self, nb::handle group_ids, nb::handle keys) {
-            const Digests d(keys, "keys", DigestShape::sequence_or_flat);
+            const Digests d(keys, "keys", DigestShape::sequence_or_flat, self.set.digest_size());
             const std::vector<std::int32_t> ids = group_ids_for(group_ids, d.size());
             std::size_t added = 0;
             for (std::size_t i = 0; i < d.size(); ++i) {
@@ -73,7 +82,8 @@ void bind_stores(nb::module_& m) {
           },
           nb::arg("group_ids").none(), nb::arg("keys").none(),
           nb::sig("def insert(self, group_ids: int | IntArray, keys: Digests) -> int"),
-          "Bulk insert: keys as a [n, 32] uint8 array (or bytes of n*32, or a list of bytes), "
+          "Bulk insert: keys as a [n, w] uint8 array (or bytes of n*w, or a list of w-byte "
+          "bytes; w = digest_size), "
           "group_ids one int or one per key. Returns how many pairs were new.")
       .def(
           "__contains__",
@@ -82,7 +92,15 @@ void bind_stores(nb::module_& m) {
               return false;
             }
             const std::int64_t gid = to_int64(pair[0], "group_id");
-            const Digests d(nb::make_tuple(pair[1]), "key", DigestShape::sequence);
+            const Py_ssize_t len = PyObject_Length(pair[1].ptr());
+            if (len < 0) {
+              PyErr_Clear();
+            } else if (static_cast<std::size_t>(len) != self.set.digest_size() &&
+                       BlockDigest::valid_size(static_cast<std::size_t>(len))) {
+              return false;  // a key of another width is never in the set
+            }
+            const Digests d(nb::make_tuple(pair[1]), "key", DigestShape::sequence,
+                            self.set.digest_size());
             return gid >= INT32_MIN && gid <= INT32_MAX &&
                    self.set.contains(static_cast<int>(gid), d.data()[0]);
           },
@@ -122,20 +140,24 @@ void bind_stores(nb::module_& m) {
       .def_prop_ro(
           "keys",
           [](const PyKeyPlan& p) {
-            std::vector<std::uint8_t> bytes(p.plan.size() * BlockDigest::kSize);
+            const std::size_t w = p.plan.digest_size;
+            std::vector<std::uint8_t> bytes(p.plan.size() * w);
             for (std::size_t i = 0; i < p.plan.size(); ++i) {
-              std::copy(p.plan.keys[i].bytes.begin(), p.plan.keys[i].bytes.end(),
-                        bytes.begin() + static_cast<std::ptrdiff_t>(i * BlockDigest::kSize));
+              std::copy(p.plan.keys[i].bytes.begin(),
+                        p.plan.keys[i].bytes.begin() + static_cast<std::ptrdiff_t>(w),
+                        bytes.begin() + static_cast<std::ptrdiff_t>(i * w));
             }
-            return owned_array(std::move(bytes), {p.plan.size(), BlockDigest::kSize});
+            return owned_array(std::move(bytes), {p.plan.size(), w});
           },
-          nb::sig("def keys(self) -> numpy.ndarray"), "uint8 [k, 32]: the key of each entry.")
+          nb::sig("def keys(self) -> numpy.ndarray"),
+          "uint8 [k, digest_size]: the key of each entry.")
       .def(
           "pairs",
           [](const PyKeyPlan& p) {
             nb::list out;
             for (std::size_t i = 0; i < p.plan.size(); ++i) {
-              out.append(nb::make_tuple(p.plan.group_ids[i], digest_bytes(p.plan.keys[i])));
+              out.append(nb::make_tuple(p.plan.group_ids[i],
+                                        digest_bytes(p.plan.keys[i], p.plan.digest_size)));
             }
             return out;
           },
