@@ -3,6 +3,7 @@
 // keys of different widths never meet; a wrong width is a clear error everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -13,6 +14,7 @@
 
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
+#include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/index_file.hpp"
 #include "test_support.hpp"
@@ -94,6 +96,26 @@ TEST(DigestWidth, DigestParsingAcceptsEveryWidthAndZeroPads) {
   const BlockDigest i = BlockDigest::from_int_hash(0x0102030405060708ULL);
   EXPECT_EQ(i.to_hex(8), "0102030405060708");
   EXPECT_TRUE(i.fits(8));
+}
+
+TEST(DigestWidth, MetaWordKeepsNamespaceGroupAndWidthApart) {
+  std::vector<std::uint32_t> seen;
+  for (std::uint32_t ns : {0U, 1U, 77U, detail::kIndexMaxNamespace}) {
+    for (int g = 0; g < kMaxGroups; ++g) {
+      for (std::size_t w : {8, 16, 32}) {
+        const std::uint32_t meta = detail::pack_meta(ns, g, detail::digest_width_code(w));
+        EXPECT_EQ(detail::meta_namespace(meta), ns);
+        EXPECT_EQ(detail::meta_group(meta), g);
+        EXPECT_EQ(detail::meta_digest_size(meta), w);
+        seen.push_back(meta);
+      }
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
+  // Width 32 is code 0: the words of indexes and files from before widths are unchanged.
+  EXPECT_EQ(detail::pack_meta(5, 3, detail::digest_width_code(32)), detail::pack_meta(5, 3));
+  EXPECT_EQ(detail::pack_meta(5, 3), (5U << 8) | 3U);
 }
 
 TEST(DigestWidth, ConfigRejectsUnsupportedWidths) {
