@@ -182,6 +182,12 @@ void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m) {
          nb::handle store, nb::handle apply_eagle, nb::handle ns, nb::handle stream,
          int num_threads) {
         if (is_block_index(store) && as_block_index(store).gpu) {
+          if (self.c.config().digest_size != BlockDigest::kSize) {
+            throw InvalidArgument(
+                "a 'cuda' BlockIndex serves only coordinators of digest_size 32 from Python, "
+                "this one has " +
+                std::to_string(self.c.config().digest_size));
+          }
           return gpu_batch(self, digests, offsets, max_lengths, apply_eagle, as_block_index(store),
                            batch_namespace(ns), stream);
         }

@@ -84,6 +84,12 @@ nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_le
                         c.config().digest_size);
   const std::int64_t max_len = to_int64(max_length, "max_length");
   if (is_block_index(store) && as_block_index(store).gpu) {
+    if (c.config().digest_size != BlockDigest::kSize) {
+      throw InvalidArgument(
+          "a 'cuda' BlockIndex serves only coordinators of digest_size 32 from Python, this one "
+          "has " +
+          std::to_string(c.config().digest_size));
+    }
     // A device index answers through the GPU engine: a batch of one request.
     const std::int64_t offsets[2] = {0, static_cast<std::int64_t>(digests.size())};
     const std::uint8_t flag = apply_eagle ? 1 : 0;
