@@ -62,7 +62,8 @@ struct SourceProbe {
   }
 
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
-    if (plan->digest_size < 32 && bad_digest != nullptr && !hashes_fit(first, step, count)) {
+    if (plan->digest_size < static_cast<std::int32_t>(BlockDigest::kSize) &&
+        bad_digest != nullptr && !hashes_fit(first, step, count)) {
       return 0;
     }
     std::uint64_t bits = low_bits(count);
@@ -76,11 +77,10 @@ struct SourceProbe {
 
 inline void throw_if_bad_digest(const SourceProbe& probe, const LookupPlan& plan) {
   if (probe.bad_digest != nullptr && *probe.bad_digest >= 0) {
-    throw InvalidArgument("hashes[" + std::to_string(*probe.bad_digest) + "] is not a " +
-                          std::to_string(plan.digest_size) +
-                          "-byte digest (the coordinator's "
-                          "digest_size): bytes past " +
-                          std::to_string(plan.digest_size) + " must be zero");
+    const std::string width = std::to_string(plan.digest_size);
+    throw InvalidArgument("hashes[" + std::to_string(*probe.bad_digest) + "] is not a " + width +
+                          "-byte digest (the coordinator's digest_size): bytes past " + width +
+                          " must be zero");
   }
 }
 template <class Probe>
