@@ -171,10 +171,14 @@ bool is_cuda_array(nb::handle obj) {
 
 // ---- Digests -----------------------------------------------------------------------------------
 
-Digests::Digests(nb::handle obj, const char* name, DigestShape shape) {
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape, bool lazy) {
   PyObject* o = obj.ptr();
   if (PyList_Check(o) || PyTuple_Check(o)) {
-    from_sequence(obj, name);
+    if (lazy) {
+      lazy_sequence(obj, name);
+    } else {
+      from_sequence(obj, name);
+    }
     return;
   }
   if ((PyBytes_Check(o) || PyByteArray_Check(o)) && shape == DigestShape::sequence) {
@@ -256,9 +260,22 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
   owned_.resize(static_cast<std::size_t>(n));
-  items_.resize(static_cast<std::size_t>(n));
+  items_.assign(static_cast<std::size_t>(n), nullptr);
   bool all_bytes = true;
   constexpr Py_ssize_t k = BlockDigest::kSize;
+  // A throwing constructor runs no destructor: drop the references taken so far ourselves.
+  struct Unwind {
+    std::vector<PyObject*>& items;
+    bool armed = true;
+    ~Unwind() {
+      if (armed) {
+        for (PyObject*& item : items) {
+          Py_XDECREF(item);
+          item = nullptr;
+        }
+      }
+    }
+  } unwind{items_};
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = items[i];
     auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
@@ -268,6 +285,7 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       if (len == k) {
         std::memcpy(out, PyBytes_AS_STRING(item), k);
       }
+      Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
       items_[static_cast<std::size_t>(i)] = item;
     } else {
       all_bytes = false;
@@ -286,11 +304,104 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
                   std::to_string(len));
     }
   }
-  if (!all_bytes) {
+  if (!all_bytes) {  // keep the references only when every item is a bytes object
+    for (PyObject* item : items_) {
+      Py_XDECREF(item);
+    }
     items_.clear();
   }
+  unwind.armed = false;
   data_ = owned_.data();
   size_ = owned_.size();
+}
+
+void Digests::lazy_sequence(nb::handle obj, const char* name) {
+  keep_ = nb::borrow(obj);  // the list itself: its entries are read (and checked) under the GIL
+  lazy_ = true;
+  name_ = name;
+  size_ = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(obj.ptr()));
+  if (size_ == 0) {
+    return;
+  }
+  // Uninitialised on purpose: only the entries a lookup probes are ever written or read.
+  void* raw = std::malloc(size_ * sizeof(BlockDigest));
+  if (raw == nullptr) {
+    throw std::bad_alloc();
+  }
+  scratch_.reset(static_cast<BlockDigest*>(raw));
+  data_ = scratch_.get();
+  fetched_.assign((size_ + 63) / 64, 0);
+}
+
+void Digests::keep_items() {
+  if (lazy_ && items_.empty() && size_ != 0) {
+    items_.assign(size_, nullptr);
+  }
+}
+
+bool Digests::fetch(std::size_t i) const {
+  std::uint64_t& word = fetched_[i / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+  if ((word & bit) != 0) {
+    return true;
+  }
+  PyObject* seq = keep_.ptr();
+  // Re-read the length: a store's Python code may have shrunk the caller's list since the start.
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (static_cast<Py_ssize_t>(i) >= n) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s changed size during the lookup (%zd items left, item %zu "
+                 "needed)",
+                 name_.c_str(), n, i);
+    return false;
+  }
+  PyObject* item = PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i));
+  constexpr Py_ssize_t k = BlockDigest::kSize;
+  auto* out = scratch_.get()[i].bytes.data();
+  try {
+    const std::string where = name_ + "[" + std::to_string(i) + "]";
+    Py_ssize_t len = -1;
+    if (PyBytes_Check(item)) {
+      len = PyBytes_GET_SIZE(item);
+      if (len == k) {
+        std::memcpy(out, PyBytes_AS_STRING(item), k);
+      }
+    } else {
+      Buffer b;
+      if (PyUnicode_Check(item) || !b.acquire(item)) {
+        type_error(where + " must be a 32-byte bytes object, got " + py_type_name(item));
+      }
+      len = b.view().len;
+      if (len == k) {
+        std::memcpy(out, b.view().buf, k);
+      }
+    }
+    if (len != k) {
+      value_error(where + " must be 32 bytes, got " + std::to_string(len));
+    }
+  } catch (nb::python_error& e) {
+    e.restore();
+    return false;
+  }
+  Py_INCREF(item);
+  held_.push_back(item);
+  if (!items_.empty()) {
+    items_[i] = PyBytes_Check(item) ? item : nullptr;
+  }
+  word |= bit;
+  return true;
+}
+
+Digests::~Digests() {
+  if (lazy_) {
+    for (PyObject* item : held_) {
+      Py_DECREF(item);
+    }
+  } else {
+    for (PyObject* item : items_) {
+      Py_XDECREF(item);
+    }
+  }
 }
 
 // ---- IntArray ----------------------------------------------------------------------------------
@@ -326,15 +437,18 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
     type_error(std::string(name) + " is a CUDA array, but the other arguments are host arrays");
   }
   if (!PyList_Check(o) && !PyTuple_Check(o)) {
-    keep_ = nb::borrow(obj);
-    bool have = buffer_.acquire(keep_);
+    // The buffer is held only while its values are copied (issue 13: the caller's array may be
+    // written by another thread once the GIL is released, so nothing reads it after this).
+    nb::object keep = nb::borrow(obj);
+    Buffer buffer;
+    bool have = buffer.acquire(keep);
     if (!have && (PyObject_CheckBuffer(o) || looks_like_array(obj))) {
-      keep_ = contiguous_host_copy(obj);
-      have = buffer_.acquire(keep_);
+      keep = contiguous_host_copy(obj);
+      have = buffer.acquire(keep);
     }
     if (have) {
-      const Py_buffer& v = buffer_.view();
-      const char f = buffer_.format_char();
+      const Py_buffer& v = buffer.view();
+      const char f = buffer.format_char();
       const bool is_signed = is_signed_format(f);
       if (!is_signed && !is_unsigned_format(f)) {
         type_error(std::string(name) + " must hold integers, got an array of format '" +
@@ -352,14 +466,15 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
                     " dimensions");
       }
       size_ = static_cast<std::size_t>(v.shape[0]);
-      const bool exact = v.itemsize == static_cast<Py_ssize_t>(sizeof(T)) &&
-                         is_signed == std::is_signed_v<T> && f != '?' &&
-                         reinterpret_cast<std::uintptr_t>(v.buf) % alignof(T) == 0;
-      if (exact) {
-        data_ = static_cast<const T*>(v.buf);
+      owned_.resize(size_);
+      if (v.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && is_signed == std::is_signed_v<T> &&
+          f != '?') {
+        if (size_ != 0) {
+          std::memcpy(owned_.data(), v.buf, size_ * sizeof(T));
+        }
+        data_ = owned_.data();
         return;
       }
-      owned_.resize(size_);
       for (std::size_t i = 0; i < size_; ++i) {
         owned_[i] = check(read_int(v, is_signed, i), i, true);
       }
@@ -414,13 +529,18 @@ std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, s
   }
   // Index of hashes[first] in the whole digest input (a batch passes a request's sub-range).
   const std::int64_t base = hashes - digests_.data();
-  const std::vector<PyObject*>& items = digests_.items();
   std::uint64_t bits = 0;
   for (int k = 0; k < count; ++k) {
     const std::int64_t i = first + k * step;
-    PyObject* key = nullptr;
-    if (!items.empty()) {
-      key = items[static_cast<std::size_t>(base + i)];
+    const auto index = static_cast<std::size_t>(base + i);
+    if (digests_.is_lazy() && !digests_.fetch(index)) {
+      failed_ = true;  // the Python error stays set; check() raises it
+      return 0;
+    }
+    // The caller's own bytes object (its hash is cached), held by `digests_` for the whole
+    // call: the container's Python code may drop it from the caller's list meanwhile.
+    PyObject* key = digests_.has_items() ? digests_.item(index) : nullptr;
+    if (key != nullptr) {
       Py_INCREF(key);
     } else {
       key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
@@ -502,7 +622,28 @@ bool is_abc_instance(nb::handle obj, const char* abc_name) {
 
 }  // namespace
 
-ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& digests) {
+std::uint64_t LazyDigestSource::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                                      std::int64_t step, int count) const {
+  if (failed_) {
+    return 0;
+  }
+  const std::int64_t base = hashes - digests_.data();
+  for (int k = 0; k < count; ++k) {
+    if (!digests_.fetch(static_cast<std::size_t>(base + first + k * step))) {
+      failed_ = true;  // the Python error stays set; check() raises it
+      return 0;
+    }
+  }
+  return inner_.probe(group_id, hashes, first, step, count);
+}
+
+void LazyDigestSource::check() const {
+  if (failed_) {
+    throw nb::python_error();
+  }
+}
+
+ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, Digests& digests) {
   PyObject* o = store.ptr();
   auto no_namespace = [&](const char* what) {
     if (ns != 0) {
@@ -528,6 +669,7 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& dige
               (is_abc_instance(store, "Set") || is_abc_instance(store, "Mapping")))) {
     // Probe the caller's container in place: its size does not matter, only the keys asked.
     no_namespace("a Python set");
+    digests.keep_items();
     contains_.emplace(store, digests);
     source_ = &*contains_;
   } else if (o != Py_None && !PyUnicode_Check(o) && !PyBytes_Check(o) &&
@@ -542,6 +684,12 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& dige
         "store must be a set of (group_id, key) pairs, a KeySet, a BlockIndex or "
         "PlanAnswers, got " +
         py_type_name(store));
+  }
+  // A lazily read hash list is converted as the native store probes it; PlanAnswers read no
+  // digest, and a Python container fetches its own keys.
+  if (digests.is_lazy() && !contains_ && !nb::isinstance<PyPlanAnswers>(store)) {
+    lazy_.emplace(*source_, digests);
+    source_ = &*lazy_;
   }
 }
 
