@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from . import errors
@@ -255,7 +256,17 @@ class ExternalCachedBlockPool:
         return self._exists is not None and (group_id, bytes(block_hash)) in self._exists
 
 
-class _AllPresent:
+class _ProbeOnly(AbstractSet):  # type: ignore[type-arg]
+    """A store the engine probes with ``in`` (a collections.abc.Set); it cannot be listed."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError(f"{type(self).__name__} can only be probed")
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _AllPresent(_ProbeOnly):
     """A store holding every key (the pool with ``exists=None``)."""
 
     def __contains__(self, pair: object) -> bool:
@@ -280,7 +291,7 @@ def _store_of(pool: Any) -> Any:
 _ALL = _AllPresent()
 
 
-class _PoolAdapter:
+class _PoolAdapter(_ProbeOnly):
     """A BlockPool-like object probed one (group, hash) at a time through get_cached_block."""
 
     def __init__(self, pool: Any) -> None:

@@ -81,10 +81,12 @@ class Digests {
   bool is_lazy() const noexcept { return lazy_; }
   /// Whether `item(i)` can give the original `bytes` objects: an eager list/tuple of bytes, or
   /// a lazy one after keep_items().
-  bool has_items() const noexcept { return !items_.empty(); }
+  bool has_items() const noexcept { return lazy_items_ != nullptr || !items_.empty(); }
   /// The original `bytes` object of digest i (a reference held by this object), or nullptr when
   /// that item was another bytes-like object. Lazy mode: only after fetch(i).
-  PyObject* item(std::size_t i) const noexcept { return items_[i]; }
+  PyObject* item(std::size_t i) const noexcept {
+    return lazy_items_ != nullptr ? lazy_items_[i] : items_[i];
+  }
   /// Lazy mode: also remember each fetched item's object, for item() (a Python-set store
   /// probes with the caller's own `bytes`, whose hash is cached).
   void keep_items();
@@ -110,9 +112,14 @@ class Digests {
   struct FreeDeleter {
     void operator()(void* p) const noexcept { std::free(p); }
   };
-  std::unique_ptr<BlockDigest, FreeDeleter> scratch_;  // uninitialised; entry i valid once fetched
-  mutable std::vector<std::uint64_t> fetched_;         // bitmap over the n digests
-  mutable std::vector<PyObject*> held_;                // strong references to the items read
+  std::unique_ptr<BlockDigest, FreeDeleter> own_scratch_;  // when the thread's buffer is busy
+  BlockDigest* scratch_ = nullptr;  // uninitialised; entry i valid once fetched
+  bool thread_scratch_ = false;     // scratch_ is this thread's reusable buffer (released in dtor)
+  std::unique_ptr<PyObject*, FreeDeleter> own_items_;
+  PyObject** lazy_items_ =
+      nullptr;  // keep_items(): entry i valid once fetched (borrowed from held_)
+  mutable std::vector<std::uint64_t> fetched_;  // bitmap over the n digests
+  mutable std::vector<PyObject*> held_;         // strong references to the items read
 };
 
 /// A 1-D integer argument, always copied (with range checks) while the GIL is held: another

@@ -171,6 +171,48 @@ bool is_cuda_array(nb::handle obj) {
 
 // ---- Digests -----------------------------------------------------------------------------------
 
+namespace {
+
+/// One reusable lazy-digest scratch buffer per thread.
+struct ThreadScratch {
+  void* buffer = nullptr;
+  std::size_t capacity = 0;
+  void* items = nullptr;
+  std::size_t items_capacity = 0;
+  bool busy = false;
+  ThreadScratch() = default;
+  ThreadScratch(const ThreadScratch&) = delete;
+  ThreadScratch& operator=(const ThreadScratch&) = delete;
+  ~ThreadScratch() {
+    std::free(buffer);
+    std::free(items);
+  }
+};
+
+/// Grows `buffer` (uninitialised contents) to at least `bytes`.
+void* reserve(void*& buffer, std::size_t& capacity, std::size_t bytes) {
+  if (capacity < bytes) {
+    void* raw = std::malloc(bytes);
+    if (raw == nullptr) {
+      throw std::bad_alloc();
+    }
+    std::free(buffer);
+    buffer = raw;
+    capacity = bytes;
+  }
+  return buffer;
+}
+
+ThreadScratch& thread_scratch() {
+  thread_local ThreadScratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+// ---- (digest conversion)
+// --------------------------------------------------------------------------------
+
 Digests::Digests(nb::handle obj, const char* name, DigestShape shape, bool lazy) {
   PyObject* o = obj.ptr();
   if (PyList_Check(o) || PyTuple_Check(o)) {
@@ -323,19 +365,43 @@ void Digests::lazy_sequence(nb::handle obj, const char* name) {
   if (size_ == 0) {
     return;
   }
-  // Uninitialised on purpose: only the entries a lookup probes are ever written or read.
-  void* raw = std::malloc(size_ * sizeof(BlockDigest));
-  if (raw == nullptr) {
-    throw std::bad_alloc();
-  }
-  scratch_.reset(static_cast<BlockDigest*>(raw));
-  data_ = scratch_.get();
   fetched_.assign((size_ + 63) / 64, 0);
+  // Uninitialised on purpose: only the entries a lookup probes are ever written or read. A
+  // long prompt's scratch is 1 MiB: reuse one per thread, so its pages are not faulted in
+  // again on every call (a nested lookup from a store's Python code gets its own buffer).
+  ThreadScratch& mine = thread_scratch();
+  const std::size_t bytes = size_ * sizeof(BlockDigest);
+  if (!mine.busy) {
+    scratch_ = static_cast<BlockDigest*>(reserve(mine.buffer, mine.capacity, bytes));
+    mine.busy = true;
+    thread_scratch_ = true;
+  } else {
+    void* raw = std::malloc(bytes);
+    if (raw == nullptr) {
+      throw std::bad_alloc();
+    }
+    own_scratch_.reset(static_cast<BlockDigest*>(raw));
+    scratch_ = own_scratch_.get();
+  }
+  data_ = scratch_;
 }
 
 void Digests::keep_items() {
-  if (lazy_ && items_.empty() && size_ != 0) {
-    items_.assign(size_, nullptr);
+  if (!lazy_ || lazy_items_ != nullptr || size_ == 0) {
+    return;
+  }
+  // Uninitialised like the digest scratch: entry i is written by fetch(i) before any read.
+  const std::size_t bytes = size_ * sizeof(PyObject*);
+  if (thread_scratch_) {
+    ThreadScratch& mine = thread_scratch();
+    lazy_items_ = static_cast<PyObject**>(reserve(mine.items, mine.items_capacity, bytes));
+  } else {
+    void* raw = std::malloc(bytes);
+    if (raw == nullptr) {
+      throw std::bad_alloc();
+    }
+    own_items_.reset(static_cast<PyObject**>(raw));
+    lazy_items_ = own_items_.get();
   }
 }
 
@@ -357,9 +423,9 @@ bool Digests::fetch(std::size_t i) const {
   }
   PyObject* item = PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i));
   constexpr Py_ssize_t k = BlockDigest::kSize;
-  auto* out = scratch_.get()[i].bytes.data();
+  auto* out = scratch_[i].bytes.data();
+  auto where = [&] { return name_ + "[" + std::to_string(i) + "]"; };
   try {
-    const std::string where = name_ + "[" + std::to_string(i) + "]";
     Py_ssize_t len = -1;
     if (PyBytes_Check(item)) {
       len = PyBytes_GET_SIZE(item);
@@ -369,7 +435,7 @@ bool Digests::fetch(std::size_t i) const {
     } else {
       Buffer b;
       if (PyUnicode_Check(item) || !b.acquire(item)) {
-        type_error(where + " must be a 32-byte bytes object, got " + py_type_name(item));
+        type_error(where() + " must be a 32-byte bytes object, got " + py_type_name(item));
       }
       len = b.view().len;
       if (len == k) {
@@ -377,7 +443,7 @@ bool Digests::fetch(std::size_t i) const {
       }
     }
     if (len != k) {
-      value_error(where + " must be 32 bytes, got " + std::to_string(len));
+      value_error(where() + " must be 32 bytes, got " + std::to_string(len));
     }
   } catch (nb::python_error& e) {
     e.restore();
@@ -385,14 +451,17 @@ bool Digests::fetch(std::size_t i) const {
   }
   Py_INCREF(item);
   held_.push_back(item);
-  if (!items_.empty()) {
-    items_[i] = PyBytes_Check(item) ? item : nullptr;
+  if (lazy_items_ != nullptr) {
+    lazy_items_[i] = PyBytes_Check(item) ? item : nullptr;
   }
   word |= bit;
   return true;
 }
 
 Digests::~Digests() {
+  if (thread_scratch_) {
+    thread_scratch().busy = false;
+  }
   if (lazy_) {
     for (PyObject* item : held_) {
       Py_DECREF(item);
