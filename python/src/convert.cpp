@@ -48,9 +48,34 @@ bool is_unsigned_format(char c) {
   return std::strchr("BHILQN?", c) != nullptr;
 }
 
+/// Whether a buffer's struct format names the other byte order than this machine's
+/// (numpy ">i8" exports ">q"; '=' and '@' are native, '<' little and '>' / '!' big).
+bool foreign_byte_order(const char* format) {
+  if (format == nullptr) {
+    return false;
+  }
+  const std::uint16_t probe = 1;
+  std::uint8_t first = 0;
+  std::memcpy(&first, &probe, 1);
+  const bool little = first == 1;
+  return (*format == '<' && !little) || ((*format == '>' || *format == '!') && little);
+}
+
+template <class U>
+U maybe_swap(U v, bool swap) {
+  if (!swap) {
+    return v;
+  }
+  U out = 0;
+  for (std::size_t b = 0; b < sizeof(U); ++b) {
+    out = static_cast<U>((out << 8) | ((v >> (8 * b)) & 0xFF));
+  }
+  return out;
+}
+
 /// Reads element i of an integer buffer as int64 (unsigned values above INT64_MAX saturate so
-/// the range check rejects them).
-std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i) {
+/// the range check rejects them). `swap`: the buffer is in the other byte order.
+std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i, bool swap) {
   const auto* p =
       static_cast<const std::uint8_t*>(view.buf) + i * static_cast<std::size_t>(view.itemsize);
   switch (view.itemsize) {
@@ -62,16 +87,19 @@ std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i) {
     case 2: {
       std::uint16_t v;
       std::memcpy(&v, p, 2);
+      v = maybe_swap(v, swap);
       return is_signed ? static_cast<std::int16_t>(v) : v;
     }
     case 4: {
       std::uint32_t v;
       std::memcpy(&v, p, 4);
+      v = maybe_swap(v, swap);
       return is_signed ? static_cast<std::int32_t>(v) : static_cast<std::int64_t>(v);
     }
     default: {
       std::uint64_t v;
       std::memcpy(&v, p, 8);
+      v = maybe_swap(v, swap);
       if (is_signed) {
         return static_cast<std::int64_t>(v);
       }
@@ -519,6 +547,7 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
       const Py_buffer& v = buffer.view();
       const char f = buffer.format_char();
       const bool is_signed = is_signed_format(f);
+      const bool swap = foreign_byte_order(v.format);
       if (!is_signed && !is_unsigned_format(f)) {
         type_error(std::string(name) + " must hold integers, got an array of format '" +
                    (v.format ? v.format : "?") + "'");
@@ -527,7 +556,7 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
         if (!allow_scalar) {
           type_error(std::string(name) + " must be a 1-D integer array, got a scalar");
         }
-        scalar_ = check(read_int(v, is_signed, 0), 0, false);
+        scalar_ = check(read_int(v, is_signed, 0, swap), 0, false);
         return;
       }
       if (v.ndim != 1) {
@@ -537,7 +566,7 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
       size_ = static_cast<std::size_t>(v.shape[0]);
       owned_.resize(size_);
       if (v.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && is_signed == std::is_signed_v<T> &&
-          f != '?') {
+          f != '?' && !swap) {
         if (size_ != 0) {
           std::memcpy(owned_.data(), v.buf, size_ * sizeof(T));
         }
@@ -545,7 +574,7 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
         return;
       }
       for (std::size_t i = 0; i < size_; ++i) {
-        owned_[i] = check(read_int(v, is_signed, i), i, true);
+        owned_[i] = check(read_int(v, is_signed, i, swap), i, true);
       }
       data_ = owned_.data();
       return;

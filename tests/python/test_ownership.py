@@ -161,3 +161,15 @@ def test_integer_arrays_are_not_borrowed() -> None:
     store = prefixhit.KeySet((0, h) for h in chain)
     result = coord.find_longest_cache_hits(digests, offsets, 127, store)
     assert list(result.hit_lengths) == [112, 112]
+
+
+def test_big_endian_integer_arrays() -> None:
+    """Found by the Hypothesis harness: '>i8' offsets were read in native byte order."""
+    coord = prefixhit.Coordinator([FA], 16, 16)
+    chain = hash_chain(8)
+    digests = np.frombuffer(b"".join(chain), np.uint8).reshape(-1, 32)
+    store = prefixhit.KeySet((0, h) for h in chain[:5])
+    for dtype in (">i8", ">u4", ">i2", "<i8"):
+        result = coord.find_longest_cache_hits(
+            digests, np.array([0, 8], dtype=dtype), np.array([127], dtype=dtype), store)
+        assert list(result.hit_lengths) == [80], dtype
