@@ -126,6 +126,12 @@ def main() -> int:
     row("find_longest_cache_hit_length, KeySet store", ref_find,
         lambda: coord.find_longest_cache_hit_length(hashes, max_length, key_set),
         "hit length only")
+    import numpy as np
+
+    array = np.frombuffer(b"".join(hashes), np.uint8).reshape(-1, 32)
+    row("find_longest_cache_hit, KeySet, numpy [n, 32] digests", ref_find,
+        lambda: coord.find_longest_cache_hit(array, max_length, key_set),
+        "hashes as one uint8 array (GIL released)")
     row("find_longest_cache_hit, KeySet, masks expanded", ref_find,
         lambda: expand(coord.find_longest_cache_hit(hashes, max_length, key_set)[0]),
         "every mask read into lists")

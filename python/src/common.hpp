@@ -94,6 +94,10 @@ class Digests {
   /// with a Python error set, for a bad item or when the sequence shrank below i during the
   /// call (a store that mutates the request's hash list).
   bool fetch(std::size_t i) const;
+  /// Lazy mode: hints the CPU to load the list slots and objects of digests first,
+  /// first+step, ... (count of them) so that their cache misses overlap instead of queueing up
+  /// one fetch at a time. Reads nothing it could fault on (GIL held).
+  void prefetch(std::int64_t first, std::int64_t step, int count) const noexcept;
 
  private:
   void from_buffer(const char* name, DigestShape shape);

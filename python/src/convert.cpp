@@ -1,5 +1,6 @@
 // Input conversion for the bindings: digests, integer arrays, stores, and result lists.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -433,6 +434,29 @@ void Digests::keep_items() {
   }
 }
 
+void Digests::prefetch(std::int64_t first, std::int64_t step, int count) const noexcept {
+  PyObject* seq = keep_.ptr();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** slots = PySequence_Fast_ITEMS(seq);
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t i = first + k * step;
+    if (i >= 0 && i < n) {
+      __builtin_prefetch(&slots[i]);
+    }
+  }
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t i = first + k * step;
+    if (i >= 0 && i < n &&
+        (fetched_[static_cast<std::size_t>(i) / 64] &
+         (std::uint64_t{1} << (static_cast<std::size_t>(i) % 64))) == 0) {
+      const char* object = reinterpret_cast<const char*>(slots[i]);
+      __builtin_prefetch(object);
+      __builtin_prefetch(object + offsetof(PyBytesObject, ob_sval));
+      __builtin_prefetch(&scratch_[i], 1);
+    }
+  }
+}
+
 bool Digests::fetch(std::size_t i) const {
   std::uint64_t& word = fetched_[i / 64];
   const std::uint64_t bit = std::uint64_t{1} << (i % 64);
@@ -627,6 +651,9 @@ std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, s
   }
   // Index of hashes[first] in the whole digest input (a batch passes a request's sub-range).
   const std::int64_t base = hashes - digests_.data();
+  if (digests_.is_lazy() && count > 1) {
+    digests_.prefetch(base + first, step, count);
+  }
   std::uint64_t bits = 0;
   for (int k = 0; k < count; ++k) {
     const std::int64_t i = first + k * step;
@@ -726,6 +753,9 @@ std::uint64_t LazyDigestSource::probe(int group_id, const BlockDigest* hashes, s
     return 0;
   }
   const std::int64_t base = hashes - digests_.data();
+  if (count > 1) {
+    digests_.prefetch(base + first, step, count);
+  }
   for (int k = 0; k < count; ++k) {
     if (!digests_.fetch(static_cast<std::size_t>(base + first + k * step))) {
       failed_ = true;  // the Python error stays set; check() raises it
