@@ -112,6 +112,7 @@ class Digests {
   std::size_t size_ = 0;
   // Lazy mode.
   bool lazy_ = false;
+  std::size_t width_ = BlockDigest::kSize;  // bytes per digest; the coordinator's digest size
   std::string name_;
   struct FreeDeleter {
     void operator()(void* p) const noexcept { std::free(p); }

@@ -474,28 +474,31 @@ bool Digests::fetch(std::size_t i) const {
     return false;
   }
   PyObject* item = PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i));
-  constexpr Py_ssize_t k = BlockDigest::kSize;
+  // The coordinator's digest width (a narrower digest is stored zero-padded in its slot).
+  const auto k = static_cast<Py_ssize_t>(width_);
   auto* out = scratch_[i].bytes.data();
   auto where = [&] { return name_ + "[" + std::to_string(i) + "]"; };
   try {
     Py_ssize_t len = -1;
+    const void* src = nullptr;
+    Buffer b;
     if (PyBytes_Check(item)) {
       len = PyBytes_GET_SIZE(item);
-      if (len == k) {
-        std::memcpy(out, PyBytes_AS_STRING(item), k);
-      }
+      src = PyBytes_AS_STRING(item);
     } else {
-      Buffer b;
       if (PyUnicode_Check(item) || !b.acquire(item)) {
-        type_error(where() + " must be a 32-byte bytes object, got " + py_type_name(item));
+        type_error(where() + " must be a " + std::to_string(k) + "-byte bytes object, got " +
+                   py_type_name(item));
       }
       len = b.view().len;
-      if (len == k) {
-        std::memcpy(out, b.view().buf, k);
-      }
+      src = b.view().buf;
     }
     if (len != k) {
-      value_error(where() + " must be 32 bytes, got " + std::to_string(len));
+      value_error(where() + " must be " + std::to_string(k) + " bytes, got " + std::to_string(len));
+    }
+    std::memcpy(out, src, static_cast<std::size_t>(k));
+    if (static_cast<std::size_t>(k) < BlockDigest::kSize) {
+      std::memset(out + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
     }
   } catch (nb::python_error& e) {
     e.restore();
