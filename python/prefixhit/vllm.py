@@ -440,6 +440,23 @@ class MooncakeStoreCoordinator:
             use_eagle = bool(spec_cfg.use_eagle())
         cache_cfg = getattr(vllm_config, "cache_config", None)
         kwargs.setdefault("retention_interval", getattr(cache_cfg, "retention_interval", None))
+        parallel = getattr(vllm_config, "parallel_config", None)
+        dcp = int(getattr(parallel, "decode_context_parallel_size", 1) or 1)
+        if (
+            dcp != 1
+            and kwargs.get("semantics", "vllm-0.33") == "vllm-0.33"
+            and kwargs.get("enable_partial_hash_hits") is None
+        ):
+            # The engine rule depends on the decode-context-parallel size (SEMANTICS.md 11.1).
+            from . import partial_hits_rule  # type: ignore[attr-defined]
+
+            dicts = [
+                group_dict_from_vllm(g.kv_cache_spec, eagle=bool(getattr(g, "is_eagle_group", False)))
+                for g in groups
+            ]
+            kwargs["enable_partial_hash_hits"] = bool(
+                partial_hits_rule(dicts, hash_block_size, dcp=dcp)
+            )
         return cls(groups, scheduler_block_size, hash_block_size, use_eagle, **kwargs)
 
     # ---- lookups -----------------------------------------------------------------------------

@@ -36,6 +36,9 @@ class ShrinkingStore:
         if self.probes == 1:
             self.hashes.clear()  # drops the only reference to every bytes object
             gc.collect()
+            # Reuse the freed memory with other 32-byte objects: a binding that kept borrowed
+            # pointers now probes with these and misses.
+            self.junk = [os.urandom(32) for _ in range(256)]
         return pair in self.present
 
 
@@ -96,6 +99,7 @@ class EvilKey:
     def __eq__(self, other: object) -> bool:
         self.hashes[:] = [b"\0" * 32]
         gc.collect()
+        self.junk = [os.urandom(32) for _ in range(256)]
         return False
 
 
