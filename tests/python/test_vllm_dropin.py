@@ -229,3 +229,68 @@ def test_drop_in_module_needs_no_vllm() -> None:
 
     assert not any(name == "vllm" or name.startswith("vllm.") for name in sys.modules)
     assert drop_in.MooncakeStoreCoordinator is MooncakeStoreCoordinator
+
+
+def _reference():
+    import sys
+
+    from vector_runner import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "reference"))
+    import mooncake_reference
+
+    return mooncake_reference
+
+
+ROUND_TRIPS = {
+    # name: (vLLM-shaped specs, the same as vector dicts, eagle ids, S, H)
+    "3-group eagle": (
+        [FA(64), SWA(16, 32), SWA(16, 32)],
+        [{"kind": "full_attention", "block_size": 64, "num_kv_heads": 8, "head_size": 64},
+         {"kind": "sliding_window", "block_size": 16, "sliding_window": 32},
+         {"kind": "sliding_window", "block_size": 16, "sliding_window": 32}],
+        (2,), 64, 16),
+    "dsv4": (
+        [FA(256), SWA(64, 128), SWA(64, 128), SWA(4, 8), SWA(8, 128)],
+        [{"kind": "full_attention", "block_size": 256},
+         {"kind": "sliding_window", "block_size": 64, "sliding_window": 128},
+         {"kind": "sliding_window", "block_size": 64, "sliding_window": 128},
+         {"kind": "sliding_window", "block_size": 4, "sliding_window": 8},
+         {"kind": "sliding_window", "block_size": 8, "sliding_window": 128}],
+        (2,), 256, 4),
+    "fa-mamba-align": (
+        [FA(64), MambaSpec(block_size=64, mamba_cache_mode="align")],
+        [{"kind": "full_attention", "block_size": 64},
+         {"kind": "mamba", "block_size": 64, "mamba_cache_mode": "align"}],
+        (), 64, 16),
+}
+
+
+@pytest.mark.parametrize("semantics", BOTH)
+@pytest.mark.parametrize("name", sorted(ROUND_TRIPS))
+def test_save_then_lookup_matches_the_reference(name: str, semantics: str) -> None:
+    """The vLLM scenario: save a prompt through store_mask, look it up again; the drop-in
+    (vLLM-shaped objects) and the Python reference (checked against every vector) agree."""
+    ref = _reference()
+    specs, dicts, eagle, S, H = ROUND_TRIPS[name]
+    dicts = [dict(d, eagle=i in eagle) for i, d in enumerate(dicts)]
+    partial = ref.partial_hits_rule(dicts, H) if semantics == "vllm-0.33" else None
+    kwargs = {"enable_partial_hash_hits": partial} if semantics == "vllm-0.33" else {}
+    ours = MooncakeStoreCoordinator(groups(*specs, eagle=eagle), S, H, use_eagle=True,
+                                    semantics=semantics, **kwargs)
+    theirs = ref.MooncakeStoreCoordinator(dicts, S, H, True, None,
+                                          enable_partial_hash_hits=partial, semantics=semantics)
+    assert ours.eagle_group_ids == theirs.eagle_group_ids
+    assert ours.lcm_block_size == theirs.lcm_block_size
+    hashes = hash_chain(3 * S // H + 2)
+    for saved in (S, 2 * S, 3 * S):
+        for prompt in (None, saved, saved - 1):
+            pool = ExternalCachedBlockPool(H, save(ours, hashes, saved, prompt))
+            assert list(ours.store_mask(saved, 0, prompt)) == list(
+                theirs.store_mask(saved, 0, prompt))
+            for max_length in (saved, saved - 1, len(hashes) * H):
+                got = ours.find_longest_cache_hit(hashes, max_length, pool)
+                want = theirs.find_longest_cache_hit(
+                    hashes, max_length, ref.ExternalCachedBlockPool(H, pool._exists))
+                assert (list(got[0]), got[1]) == (list(want[0]), want[1]), (saved, prompt,
+                                                                            max_length)
