@@ -35,6 +35,8 @@ class Mask(Sequence[bool]):
     def index(self, value: object) -> int: ...  # type: ignore[override]
     def tolist(self) -> list[bool]:
         """The mask as a plain list of bools."""
+    def __reduce__(self) -> tuple[type[list[bool]], tuple[list[bool]]]:
+        """Pickled and copied as a plain list."""
     def __eq__(self, other: object) -> bool: ...
     def __ne__(self, other: object) -> bool: ...
     __hash__: None  # type: ignore[assignment]

@@ -217,6 +217,14 @@ void bind_masks(nb::module_& m) {
              throw nb::python_error();
            })
       .def("tolist", &to_list, "The mask as a plain list of bools.")
+      .def(
+          "__reduce__",
+          [](const PyMask& self) {
+            // Pickles (and copies) as the plain list it stands for.
+            return nb::make_tuple(nb::module_::import_("builtins").attr("list"),
+                                  nb::make_tuple(to_list(self)));
+          },
+          "Pickled and copied as a plain list.")
       .def("__eq__",
            [](const PyMask& self, nb::handle other) -> nb::object {
              const int r = equals(self, other);

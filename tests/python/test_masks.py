@@ -62,3 +62,15 @@ def test_lazy_masks_equal_lists(coord: prefixhit.Coordinator) -> None:
                 assert (m is None) == (r is None)
                 if m is not None:
                     assert np.array_equal(np.array(list(m), bool), np.array(r, bool))
+
+
+def test_mask_pickles_and_copies_as_a_list(coord: prefixhit.Coordinator) -> None:
+    import copy
+    import pickle
+
+    hashes = hash_chain(16)
+    masks, _ = coord.find_longest_cache_hit(hashes, 255, {(g, h) for g in range(3)
+                                                          for h in hashes}, lazy=True)
+    for mask in masks:
+        for clone in (pickle.loads(pickle.dumps(mask)), copy.copy(mask), copy.deepcopy(mask)):
+            assert type(clone) is list and clone == mask
