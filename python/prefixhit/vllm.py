@@ -544,19 +544,36 @@ class MooncakeStoreCoordinator:
 
     # ---- worker-side lookup --------------------------------------------------------------------
 
-    def worker_lookup(self, *args: Any, **kwargs: Any) -> Any:
-        """The whole worker-side lookup of vLLM's Mooncake store worker as one call
-        (align_lookup_length, the candidate keys of every rank namespace, one
-        ``batch_is_exist`` call, the lookup, the second lookup below num_tokens).
+    def worker_lookup(
+        self, store: Any, layout: Any, num_tokens: int, block_hashes: Any, **kwargs: Any
+    ) -> int:
+        """vLLM's Mooncake store worker lookup (``MooncakeStoreWorker.lookup(num_tokens,
+        block_hashes)``) as one call: align_lookup_length, the candidate keys of every rank
+        namespace of every group in the store key format, one ``batch_is_exist`` round (or a
+        few, ``multi_round=True``), the all-namespaces rule and the second lookup below
+        ``num_tokens``. ``store``: a ``MooncakeDistributedStore`` or anything with
+        ``batch_is_exist(keys)`` (or such a callable); ``layout``: see :meth:`store_layout`.
 
-        Delegates to prefixhit.store (written in C++); wired at merge."""
+        Delegates to :func:`prefixhit.store.worker_lookup` (C++), which this wrapper does not
+        re-implement."""
+        return self._store_module().worker_lookup(
+            store, self._core, layout, num_tokens, _as_hash_list(block_hashes), **kwargs
+        )
+
+    def store_layout(self, model_name: str, **kwargs: Any) -> Any:
+        """The store key layout (model name, rank namespaces) for :meth:`worker_lookup`:
+        :class:`prefixhit.store.StoreLayout` of this coordinator."""
+        return self._store_module().StoreLayout(self._core, model_name, **kwargs)
+
+    @staticmethod
+    def _store_module() -> Any:
         try:
-            from . import store as _store  # type: ignore[attr-defined]
-        except ImportError as exc:  # pragma: no cover - until prefixhit.store is merged
+            from . import store as store_module  # type: ignore[attr-defined]
+        except ImportError as exc:
             raise errors.BackendUnavailableError(
-                "worker_lookup needs prefixhit.store, which this build does not have"
+                "the worker-side lookup needs prefixhit.store, which this build does not have"
             ) from exc
-        return _store.worker_lookup(self._core, *args, **kwargs)
+        return store_module
 
     @property
     def core(self) -> Coordinator:
