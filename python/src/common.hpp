@@ -98,6 +98,10 @@ class Digests {
   /// first+step, ... (count of them) so that their cache misses overlap instead of queueing up
   /// one fetch at a time. Reads nothing it could fault on (GIL held).
   void prefetch(std::int64_t first, std::int64_t step, int count) const noexcept;
+  /// Lazy mode, native stores: copies digests first, first+step, ... (count of them) into
+  /// out[0..count), holding the GIL, prefetching the run first. False with a Python error set
+  /// for a bad item.
+  bool gather(std::int64_t first, std::int64_t step, int count, BlockDigest* out) const;
 
  private:
   void from_buffer(const char* name, DigestShape shape);

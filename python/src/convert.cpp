@@ -457,6 +457,51 @@ void Digests::prefetch(std::int64_t first, std::int64_t step, int count) const n
   }
 }
 
+bool Digests::gather(std::int64_t first, std::int64_t step, int count, BlockDigest* out) const {
+  PyObject* seq = keep_.ptr();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** slots = PySequence_Fast_ITEMS(seq);
+  const auto k = static_cast<Py_ssize_t>(width_);
+  // Start every miss of the run before waiting on any (list slots, then the objects).
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t i = first + j * step;
+    if (i >= 0 && i < n) {
+      __builtin_prefetch(&slots[i]);
+    }
+  }
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t i = first + j * step;
+    if (i >= 0 && i < n) {
+      const char* object = reinterpret_cast<const char*>(slots[i]);
+      __builtin_prefetch(object);
+      __builtin_prefetch(object + offsetof(PyBytesObject, ob_sval));
+    }
+  }
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t i = first + j * step;
+    // No Python code runs while a native store is probed (the GIL is held throughout), so
+    // the list cannot change under this loop: the bytes are copied without a reference.
+    PyObject* item = i >= 0 && i < n ? slots[i] : nullptr;
+    if (item != nullptr && PyBytes_Check(item) && PyBytes_GET_SIZE(item) == k) {
+      std::memcpy(out[j].bytes.data(), PyBytes_AS_STRING(item), static_cast<std::size_t>(k));
+      if (static_cast<std::size_t>(k) < BlockDigest::kSize) {
+        std::memset(out[j].bytes.data() + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
+      }
+      continue;
+    }
+    // Anything else (another bytes-like object, a bad item, an index past the end) takes the
+    // checked path, which converts it or sets the error.
+    if (i < 0 || !fetch(static_cast<std::size_t>(i))) {
+      if (i < 0) {
+        PyErr_SetString(PyExc_IndexError, "negative digest index");
+      }
+      return false;
+    }
+    out[j] = scratch_[i];
+  }
+  return true;
+}
+
 bool Digests::fetch(std::size_t i) const {
   std::uint64_t& word = fetched_[i / 64];
   const std::uint64_t bit = std::uint64_t{1} << (i % 64);
@@ -755,17 +800,15 @@ std::uint64_t LazyDigestSource::probe(int group_id, const BlockDigest* hashes, s
   if (failed_) {
     return 0;
   }
-  const std::int64_t base = hashes - digests_.data();
-  if (count > 1) {
-    digests_.prefetch(base + first, step, count);
+  // The probe's digests, gathered into a contiguous run: a native store reads only the keys
+  // it is asked about, so asking for run[0..count) with step 1 gives the same answer.
+  BlockDigest run[64];
+  if (count <= 0 || count > 64 ||
+      !digests_.gather(hashes - digests_.data() + first, step, count, run)) {
+    failed_ = count > 0;  // the Python error stays set; check() raises it
+    return 0;
   }
-  for (int k = 0; k < count; ++k) {
-    if (!digests_.fetch(static_cast<std::size_t>(base + first + k * step))) {
-      failed_ = true;  // the Python error stays set; check() raises it
-      return 0;
-    }
-  }
-  return inner_.probe(group_id, hashes, first, step, count);
+  return inner_.probe(group_id, run, 0, 1, count);
 }
 
 void LazyDigestSource::check() const {
