@@ -294,3 +294,20 @@ def test_save_then_lookup_matches_the_reference(name: str, semantics: str) -> No
                     hashes, max_length, ref.ExternalCachedBlockPool(H, pool._exists))
                 assert (list(got[0]), got[1]) == (list(want[0]), want[1]), (saved, prompt,
                                                                             max_length)
+
+
+def test_worker_lookup_delegates_to_prefixhit_store() -> None:
+    store_module = pytest.importorskip("prefixhit.store")
+    specs = [FA(64), SWA(16, 32), SWA(16, 32)]
+    coord = MooncakeStoreCoordinator(groups(*specs, eagle=(2,)), 64, 16, use_eagle=True)
+    layout = coord.store_layout("model", tp_size=2)
+    hashes = hash_chain(16)
+    keys = {k for gid, spec in enumerate(specs) for h in coord.block_hashes_for_spec(hashes, spec)
+            for k in layout.keys(gid, h)}
+
+    def batch_is_exist(asked: list[str]) -> list[int]:
+        return [1 if k in keys else 0 for k in asked]
+
+    hit = coord.worker_lookup(batch_is_exist, layout, 256, hashes)
+    assert hit == store_module.worker_lookup(batch_is_exist, coord.core, layout, 256, hashes)
+    assert hit == 192  # the whole prompt is stored; the EAGLE drop costs one scheduler block
