@@ -18,7 +18,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-python_packages=(numpy pytest nanobind scikit-build-core)
+python_packages=(numpy pytest nanobind scikit-build-core hypothesis)
 py_missing=()
 for pkg in "${python_packages[@]}"; do
   module=${pkg//-/_}

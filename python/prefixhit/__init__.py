@@ -20,6 +20,8 @@ runs many requests in one call on numpy arrays.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from . import errors
 from ._core import (
     BatchLookupResult,
@@ -28,6 +30,7 @@ from ._core import (
     GroupSpec,
     KeyPlan,
     KeySet,
+    Mask,
     PlanAnswers,
     build_info,
     hash_prompt,
@@ -51,6 +54,9 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+# A Mask stands for a list of bools: let isinstance(mask, Sequence) say so.
+Sequence.register(Mask)
+
 __all__ = [
     "BackendUnavailableError",
     "BatchLookupResult",
@@ -64,6 +70,7 @@ __all__ = [
     "InvalidConfigError",
     "KeyPlan",
     "KeySet",
+    "Mask",
     "PlanAnswers",
     "PrefixhitError",
     "PrefixhitIOError",

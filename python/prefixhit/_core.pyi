@@ -4,7 +4,8 @@ Generated with `python -m nanobind.stubgen -m prefixhit._core`, then given the a
 below. tests/python/test_packaging.py checks that every public name of the module is here.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import overload
 
 import numpy
 
@@ -16,6 +17,29 @@ from ._types import SpecGroup
 Digests = Sequence[bytes] | numpy.ndarray | bytes | bytearray | memoryview
 #: A 1-D integer array or a sequence of ints.
 IntArray = Sequence[int] | numpy.ndarray
+
+class Mask(Sequence[bool]):
+    """
+    A read-only sequence of bools, equal to the reference's mask list, built without creating a Python object per element. Indexing, slicing (a list), iteration, len(), count(), index(), `in` and == against lists behave as on the list; list(mask) or mask.tolist() expands it. Not hashable, like a list.
+    """
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> bool: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[bool]: ...
+    def __iter__(self) -> Iterator[bool]: ...
+    def __reversed__(self) -> Iterator[bool]: ...
+    def __contains__(self, value: object) -> bool: ...
+    def count(self, value: object) -> int: ...
+    def index(self, value: object) -> int: ...  # type: ignore[override]
+    def tolist(self) -> list[bool]:
+        """The mask as a plain list of bools."""
+    def __reduce__(self) -> tuple[type[list[bool]], tuple[list[bool]]]:
+        """Pickled and copied as a plain list."""
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
 
 class GroupSpec:
     """
@@ -314,9 +338,12 @@ class Coordinator:
         *,
         apply_eagle: bool = True,
         namespace: int = 0,
-    ) -> tuple[list[list[bool]], int]:
+        lazy: bool = False,
+    ) -> tuple[Sequence[Sequence[bool]], int]:
         """
         The longest prefix of the request present in `store` (SEMANTICS.md 5).
+
+        A list of bytes is read lazily: only the digests the lookup probes are converted (and checked); each one read stays referenced until the call returns. lazy=True returns a tuple of Mask objects (equal to the lists) instead of a list of lists.
 
         block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 array).
         max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.
@@ -326,19 +353,41 @@ class Coordinator:
         Returns (masks, hit_length): masks[group_id] lists the group's blocks, False for a placeholder and True for a block to load. Raises the finder errors (UnsupportedLookupError subclasses) and InvalidArgumentError (a ValueError) for a max_length out of range.
         """
 
-    def load_mask(self, block_hashes: Digests | int, token_len: int) -> list[list[bool]]:
+    def find_longest_cache_hit_length(
+        self,
+        block_hashes: Digests,
+        max_length: int,
+        store: Store,
+        *,
+        apply_eagle: bool = True,
+        namespace: int = 0,
+    ) -> int:
+        """
+        find_longest_cache_hit's hit_length alone: no mask is built.
+        """
+
+    def load_mask(
+        self, block_hashes: Digests | int, token_len: int, *, lazy: bool = False
+    ) -> Sequence[Sequence[bool]]:
         """
         Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup against a store holding every key, without the EAGLE drop. Only the number of hashes matters, so an int count is accepted too.
         """
 
     def store_mask(
-        self, aligned_token_len: int, start_token: int = 0, num_prompt_tokens: int | None = None
-    ) -> list[list[bool] | None]:
+        self,
+        aligned_token_len: int,
+        start_token: int = 0,
+        num_prompt_tokens: int | None = None,
+        *,
+        lazy: bool = False,
+    ) -> Sequence[Sequence[bool] | None]:
         """
         Which chunks of each group a save of tokens [start_token, aligned_token_len) writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError unless aligned_token_len is a multiple of lookup_alignment.
         """
 
-    def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]:
+    def lookup_mask(
+        self, aligned_token_len: int, *, lazy: bool = False
+    ) -> Sequence[Sequence[bool] | None]:
         """
         store_mask with start_token 0, no retention interval and no prompt length: the chunks a lookup may find.
         """

@@ -77,13 +77,16 @@ Namespace to_namespace(nb::handle value) {
   return static_cast<Namespace>(ns);
 }
 
-nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
-                 nb::handle store, bool apply_eagle, nb::handle ns) {
+/// One lookup. A list of bytes is read lazily (only the probed digests are converted) and the
+/// engine then runs holding the GIL; buffers with a native store run with the GIL released.
+LookupResult run_lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                        nb::handle store, bool apply_eagle, nb::handle ns) {
   const Coordinator& c = self.c;
-  const Digests digests(block_hashes, "block_hashes", DigestShape::sequence,
-                        c.config().digest_size);
+  const bool device_store = is_block_index(store) && as_block_index(store).gpu;
+  Digests digests(block_hashes, "block_hashes", DigestShape::sequence, c.config().digest_size,
+                  /*lazy=*/!device_store);
   const std::int64_t max_len = to_int64(max_length, "max_length");
-  if (is_block_index(store) && as_block_index(store).gpu) {
+  if (device_store) {
     if (c.config().digest_size != BlockDigest::kSize) {
       throw InvalidArgument(
           "a 'cuda' BlockIndex serves only coordinators of digest_size 32 from Python, this one "
@@ -105,7 +108,7 @@ nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_le
       nb::gil_scoped_release release;
       batch_result = engine.find_longest_cache_hits(batch, *as_block_index(store).gpu, space);
     }
-    return nb::make_tuple(lookup_masks(batch_result.request(0)), batch_result.hit_lengths[0]);
+    return batch_result.request(0);
   }
   const ResolvedStore resolved(store, to_namespace(ns), digests);
   LookupResult result;
@@ -121,7 +124,28 @@ nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_le
     nb::gil_scoped_release release;
     result = c.find_longest_cache_hit(digests.view(), max_len, resolved.source(), apply_eagle);
   }
+  return result;
+}
+
+nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                 nb::handle store, bool apply_eagle, nb::handle ns, bool lazy) {
+  const LookupResult result = run_lookup(self, block_hashes, max_length, store, apply_eagle, ns);
+  if (lazy) {
+    return nb::make_tuple(lazy_lookup_masks(result), result.hit_length);
+  }
   return nb::make_tuple(lookup_masks(result), result.hit_length);
+}
+
+std::int64_t lookup_length(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                           nb::handle store, bool apply_eagle, nb::handle ns) {
+  return run_lookup(self, block_hashes, max_length, store, apply_eagle, ns).hit_length;
+}
+
+nb::object chunk_result(std::vector<ChunkMask>&& masks, bool lazy) {
+  if (lazy) {
+    return lazy_chunk_masks(std::move(masks));
+  }
+  return chunk_masks(masks);
 }
 
 std::int64_t num_hashes_of(nb::handle block_hashes, std::size_t digest_size) {
@@ -285,10 +309,10 @@ void bind_coordinator(nb::module_& m) {
           "each whole block.")
       .def("find_longest_cache_hit", &lookup, nb::arg("block_hashes").none(),
            nb::arg("max_length").none(), nb::arg("store").none(), nb::kw_only(),
-           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0,
+           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0, nb::arg("lazy") = false,
            nb::sig("def find_longest_cache_hit(self, block_hashes: Digests, max_length: int, "
-                   "store: Store, *, apply_eagle: bool = True, namespace: int = 0) "
-                   "-> tuple[list[list[bool]], int]"),
+                   "store: Store, *, apply_eagle: bool = True, namespace: int = 0, "
+                   "lazy: bool = False) -> tuple[Sequence[Sequence[bool]], int]"),
            "The longest prefix of the request present in `store` (SEMANTICS.md 5).\n\n"
            "block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 "
            "array).\n"
@@ -296,48 +320,71 @@ void bind_coordinator(nb::module_& m) {
            "store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) "
            "pairs, probed in place; an iterable of pairs (converted); a KeySet; a "
            "BlockIndex (with `namespace`); or PlanAnswers from key_plan().\n"
-           "apply_eagle: apply the EAGLE drop (the receive path passes False).\n\n"
+           "apply_eagle: apply the EAGLE drop (the receive path passes False).\n"
+           "lazy: return a tuple of Mask objects (equal to the lists, built in O(1)) instead "
+           "of a list of lists.\n\n"
+           "A list of bytes is read lazily: only the digests the lookup probes are converted "
+           "(and checked), so a malformed entry the lookup never reaches raises nothing. "
+           "Each digest read is referenced until the call returns. Buffers (numpy [n, 32] "
+           "uint8) are read in place with the GIL released.\n\n"
            "Returns (masks, hit_length): masks[group_id] lists the group's blocks, False for a "
            "placeholder and True for a block to load. Raises the finder errors "
            "(UnsupportedLookupError subclasses) and InvalidArgumentError (a ValueError) for "
            "a max_length out of range.")
+      .def("find_longest_cache_hit_length", &lookup_length, nb::arg("block_hashes").none(),
+           nb::arg("max_length").none(), nb::arg("store").none(), nb::kw_only(),
+           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0,
+           nb::sig("def find_longest_cache_hit_length(self, block_hashes: Digests, "
+                   "max_length: int, store: Store, *, apply_eagle: bool = True, "
+                   "namespace: int = 0) -> int"),
+           "find_longest_cache_hit's hit_length alone: no mask is built.")
       .def(
           "load_mask",
-          [](const PyCoordinator& self, nb::handle block_hashes, nb::handle token_len) {
+          [](const PyCoordinator& self, nb::handle block_hashes, nb::handle token_len,
+             bool lazy) -> nb::object {
             const std::int64_t n = num_hashes_of(block_hashes, self.c.config().digest_size);
-            return lookup_masks(self.c.load_mask(n, to_int64(token_len, "token_len")));
+            const LookupResult result = self.c.load_mask(n, to_int64(token_len, "token_len"));
+            if (lazy) {
+              return lazy_lookup_masks(result);
+            }
+            return lookup_masks(result);
           },
-          nb::arg("block_hashes").none(), nb::arg("token_len").none(),
-          nb::sig("def load_mask(self, block_hashes: Digests | int, token_len: int) "
-                  "-> list[list[bool]]"),
+          nb::arg("block_hashes").none(), nb::arg("token_len").none(), nb::kw_only(),
+          nb::arg("lazy") = false,
+          nb::sig("def load_mask(self, block_hashes: Digests | int, token_len: int, *, "
+                  "lazy: bool = False) -> Sequence[Sequence[bool]]"),
           "Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup "
           "against a store holding every key, without the EAGLE drop. Only the number of "
           "hashes matters, so an int count is accepted too.")
       .def(
           "store_mask",
           [](const PyCoordinator& self, nb::handle aligned_token_len, nb::handle start_token,
-             nb::handle num_prompt_tokens) {
-            return chunk_masks(
+             nb::handle num_prompt_tokens, bool lazy) {
+            return chunk_result(
                 self.c.store_mask(to_int64(aligned_token_len, "aligned_token_len"),
                                   to_int64(start_token, "start_token"),
-                                  optional_int(num_prompt_tokens, "num_prompt_tokens")));
+                                  optional_int(num_prompt_tokens, "num_prompt_tokens")),
+                lazy);
           },
           nb::arg("aligned_token_len").none(), nb::arg("start_token").none() = 0,
-          nb::arg("num_prompt_tokens").none() = nb::none(),
+          nb::arg("num_prompt_tokens").none() = nb::none(), nb::kw_only(), nb::arg("lazy") = false,
           nb::sig("def store_mask(self, aligned_token_len: int, start_token: int = 0, "
-                  "num_prompt_tokens: int | None = None) -> list[list[bool] | None]"),
+                  "num_prompt_tokens: int | None = None, *, lazy: bool = False) "
+                  "-> Sequence[Sequence[bool] | None]"),
           "Which chunks of each group a save of tokens [start_token, aligned_token_len) "
           "writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per "
           "chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError "
-          "unless aligned_token_len is a multiple of lookup_alignment.")
+          "unless aligned_token_len is a multiple of lookup_alignment. lazy: a tuple of "
+          "(None | Mask) instead of a list of lists.")
       .def(
           "lookup_mask",
-          [](const PyCoordinator& self, nb::handle aligned_token_len) {
-            return chunk_masks(
-                self.c.lookup_mask(to_int64(aligned_token_len, "aligned_token_len")));
+          [](const PyCoordinator& self, nb::handle aligned_token_len, bool lazy) {
+            return chunk_result(
+                self.c.lookup_mask(to_int64(aligned_token_len, "aligned_token_len")), lazy);
           },
-          nb::arg("aligned_token_len").none(),
-          nb::sig("def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]"),
+          nb::arg("aligned_token_len").none(), nb::kw_only(), nb::arg("lazy") = false,
+          nb::sig("def lookup_mask(self, aligned_token_len: int, *, lazy: bool = False) "
+                  "-> Sequence[Sequence[bool] | None]"),
           "store_mask with start_token 0, no retention interval and no prompt length: the "
           "chunks a lookup may find.")
       .def(

@@ -67,6 +67,7 @@ NB_MODULE(_core, m) {
   namespace py = prefixhit::py;
   m.doc() = "prefixhit native core (nanobind). Import `prefixhit`, not this module.";
   py::register_error_translation();
+  py::bind_masks(m);
   py::bind_specs(m);
   py::bind_stores(m);
   py::bind_block_index(m);

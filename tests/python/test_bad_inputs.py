@@ -19,8 +19,13 @@ def coord() -> prefixhit.Coordinator:
 
 def test_digest_of_the_wrong_length(coord: prefixhit.Coordinator) -> None:
     hashes = hash_chain(3)
-    with pytest.raises(ValueError, match=r"block_hashes\[1\] must be 32 bytes, got 31"):
-        coord.find_longest_cache_hit([hashes[0], hashes[1][:31], hashes[2]], 16, set())
+    # A list is read lazily: the bad item is reported when the lookup reaches it (max_length 48
+    # probes all three), and one it never reaches changes nothing (as in vLLM).
+    for store in (set(), prefixhit.KeySet()):
+        with pytest.raises(ValueError, match=r"block_hashes\[1\] must be 32 bytes, got 31"):
+            coord.find_longest_cache_hit([hashes[0], hashes[1][:31], hashes[2]], 48, store)
+    present = {(0, hashes[0])}
+    assert coord.find_longest_cache_hit([hashes[0], b"short"], 16, present)[1] == 16
     with pytest.raises(ValueError, match="shape"):
         coord.find_longest_cache_hit(np.zeros((3, 31), np.uint8), 16, set())
     with pytest.raises(ValueError, match="not a whole number of 32-byte digests"):
