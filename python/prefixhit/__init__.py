@@ -25,12 +25,14 @@ from ._core import (
     BatchLookupResult,
     BlockIndex,
     Coordinator,
+    EventMirror,
     GroupSpec,
     KeyPlan,
     KeySet,
     PlanAnswers,
     build_info,
     hash_prompt,
+    mirror_available,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -58,6 +60,7 @@ __all__ = [
     "CapacityExceededError",
     "Coordinator",
     "CudaError",
+    "EventMirror",
     "FormatError",
     "GroupSpec",
     "InvalidArgumentError",
@@ -76,5 +79,6 @@ __all__ = [
     "build_info",
     "errors",
     "hash_prompt",
+    "mirror_available",
     "__version__",
 ]
