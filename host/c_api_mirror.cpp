@@ -76,10 +76,9 @@ prefixhit_status prefixhit_mirror_create(const prefixhit_mirror_options* options
     if (options->replay_timeout_ms != 0) {
       o.replay_timeout_ms = options->replay_timeout_ms;
     }
-    o.ranks = prefixhit::rank_namespaces(size_or_one(options->tp_size),
-                                         size_or_one(options->pcp_size),
-                                         size_or_one(options->dcp_size),
-                                         size_or_one(options->pp_size));
+    o.ranks =
+        prefixhit::rank_namespaces(size_or_one(options->tp_size), size_or_one(options->pcp_size),
+                                   size_or_one(options->dcp_size), size_or_one(options->pp_size));
     o.model = options->model == nullptr ? "" : options->model;
     o.match_cache_prefix = options->cache_prefix != nullptr;
     o.cache_prefix = options->cache_prefix == nullptr ? "" : options->cache_prefix;

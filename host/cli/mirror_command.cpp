@@ -56,8 +56,8 @@ void print_stats(const EventMirrorStats& s, double seconds) {
             << s.resyncs << ", missed " << s.missed_messages << ", malformed "
             << s.malformed_messages << " msgs / " << s.malformed_events << " events, failed "
             << s.failed_events << ", foreign keys " << s.foreign_keys << ", backpressure "
-            << s.backpressure << ", lag " << s.lag_ms << " ms (max " << s.max_lag_ms
-            << "), keys " << s.keys << " (index " << s.index_keys << ")\n";
+            << s.backpressure << ", lag " << s.lag_ms << " ms (max " << s.max_lag_ms << "), keys "
+            << s.keys << " (index " << s.index_keys << ")\n";
   if (!s.last_error.empty()) {
     std::cout << "  last skipped: " << s.last_error << "\n";
   }
@@ -71,8 +71,9 @@ void save(const BlockIndex& index, const std::string& path) {
 
 int run_mirror(const MirrorCliOptions& o) {
   if (!mirror_available()) {
-    throw Unavailable("this prefixhit was built without the event mirror (cppzmq, libzmq and "
-                      "msgpack-cxx were not found at build time)");
+    throw Unavailable(
+        "this prefixhit was built without the event mirror (cppzmq, libzmq and "
+        "msgpack-cxx were not found at build time)");
   }
   if (o.every > 0 && o.save.empty()) {
     throw InvalidArgument("--every needs --save FILE");
@@ -140,8 +141,7 @@ void add_mirror_command(CLI::App& app) {
       "mirror",
       "Keep a resident index in sync from KV-event streams (ZeroMQ PUB endpoints), print its "
       "statistics periodically; SIGINT/SIGTERM saves once more (with --save) and exits 0");
-  cmd->add_option("ENDPOINT", o->endpoints, "PUB endpoints, e.g. tcp://127.0.0.1:5557")
-      ->required();
+  cmd->add_option("ENDPOINT", o->endpoints, "PUB endpoints, e.g. tcp://127.0.0.1:5557")->required();
   cmd->add_option("--format", o->format,
                   "vllm (vLLM KV events) or mooncake (Mooncake master events)")
       ->check(CLI::IsMember({"vllm", "mooncake"}))
@@ -155,8 +155,9 @@ void add_mirror_command(CLI::App& app) {
   cmd->add_option("--save", o->save, "Index file to save (atomically) on exit and every --every s");
   cmd->add_option("--every", o->every, "Also save every S seconds (needs --save)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--stats-every", o->stats_every, "Print statistics every S seconds (0: only at "
-                                                   "exit)")
+  cmd->add_option("--stats-every", o->stats_every,
+                  "Print statistics every S seconds (0: only at "
+                  "exit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--duration", o->duration, "Exit after S seconds (0: run until a signal)")

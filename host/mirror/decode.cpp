@@ -88,8 +88,7 @@ EventKey hash_key(const msgpack::object& o, const char* field) {
     const std::size_t n = o.type == msgpack::type::BIN ? o.via.bin.size : o.via.str.size;
     const char* p = o.type == msgpack::type::BIN ? o.via.bin.ptr : o.via.str.ptr;
     if (n != 8 && n != 16 && n != 32) {
-      bad(std::string(field) + " has " + std::to_string(n) +
-          " bytes (a digest has 8, 16 or 32)");
+      bad(std::string(field) + " has " + std::to_string(n) + " bytes (a digest has 8, 16 or 32)");
     }
     std::memcpy(k.bytes.data(), p, n);
     k.digest_size = static_cast<std::uint8_t>(n);
@@ -323,7 +322,8 @@ void Decoder::decode(const std::uint8_t* data, std::size_t size, DecodedBatch& o
           const std::string_view key_str = as_str(key_obj, "object_key");
           bool keep = parse_store_key(std::string(key_str), parts);
           keep = keep && (options_.model.empty() || parts.model == options_.model);
-          keep = keep && (!options_.match_cache_prefix || parts.cache_prefix == options_.cache_prefix);
+          keep =
+              keep && (!options_.match_cache_prefix || parts.cache_prefix == options_.cache_prefix);
           std::size_t rank = options_.ranks.size();
           for (std::size_t r = 0; keep && r < options_.ranks.size(); ++r) {
             if (options_.ranks[r] == parts.rank) {

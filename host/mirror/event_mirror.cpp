@@ -57,8 +57,8 @@ Item parse_frames(std::vector<zmq::message_t>& frames, std::size_t endpoint) {
   Item item;
   item.endpoint = endpoint;
   if (frames.size() != 2 && frames.size() != 3) {
-    item.payload = "message has " + std::to_string(frames.size()) +
-                   " frames (expected [topic, seq, payload])";
+    item.payload =
+        "message has " + std::to_string(frames.size()) + " frames (expected [topic, seq, payload])";
     return item;
   }
   const zmq::message_t& seq = frames[frames.size() - 2];
@@ -109,8 +109,8 @@ struct EventMirror::Impl {
           frames.clear();
           std::optional<std::size_t> got;
           try {
-            got = zmq::recv_multipart(subs[e], std::back_inserter(frames),
-                                      zmq::recv_flags::dontwait);
+            got =
+                zmq::recv_multipart(subs[e], std::back_inserter(frames), zmq::recv_flags::dontwait);
           } catch (const zmq::error_t&) {
             got.reset();
           }
@@ -143,9 +143,8 @@ struct EventMirror::Impl {
       Item item;
       {
         std::unique_lock<std::mutex> lock(queue_mutex);
-        not_empty.wait(lock, [&] {
-          return !queue.empty() || stopping.load(std::memory_order_acquire);
-        });
+        not_empty.wait(lock,
+                       [&] { return !queue.empty() || stopping.load(std::memory_order_acquire); });
         if (queue.empty()) {
           return;
         }
@@ -172,8 +171,8 @@ struct EventMirror::Impl {
       if (item.seq <= first) {
         // The publisher restarted and numbers from the start again: what we hold may be stale.
         std::lock_guard<std::mutex> lock(state_mutex);
-        resync_locked("publisher restarted (sequence went back to " +
-                      std::to_string(item.seq) + ")");
+        resync_locked("publisher restarted (sequence went back to " + std::to_string(item.seq) +
+                      ")");
       } else {
         std::lock_guard<std::mutex> lock(state_mutex);
         ++applier.mutable_stats().duplicates;

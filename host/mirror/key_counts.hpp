@@ -30,9 +30,9 @@ class KeyCounts {
  public:
   struct Entry {
     std::uint64_t w[4] = {0, 0, 0, 0};
-    std::uint32_t meta = 0;   // group | width << 8
-    std::uint8_t state = 0;   // kEmpty, kLive, kTomb
-    bool pending = false;     // marked by the current event (see EventApplier)
+    std::uint32_t meta = 0;  // group | width << 8
+    std::uint8_t state = 0;  // kEmpty, kLive, kTomb
+    bool pending = false;    // marked by the current event (see EventApplier)
     std::uint16_t ranks_present = 0;
     // Holders: the first inline (the common single-medium case), more in `more`.
     Holder first{};

@@ -101,8 +101,8 @@ struct EventMirrorOptions {
   std::vector<std::string> endpoints;
   /// Replay (ROUTER) endpoint per endpoint; empty or "" for none (gaps then resync).
   std::vector<std::string> replay_endpoints;
-  std::string topic;     ///< subscription prefix ("" = every topic)
-  Namespace ns = 0;      ///< index namespace the keys go to
+  std::string topic;  ///< subscription prefix ("" = every topic)
+  Namespace ns = 0;   ///< index namespace the keys go to
   /// Messages buffered between the receiving thread and the applying thread. When full, the
   /// receiver waits (counted as backpressure) and ZeroMQ's own bounded queue absorbs the rest.
   std::size_t queue_capacity = 4096;
@@ -123,31 +123,31 @@ std::vector<RankNamespace> rank_namespaces(int tp_size, int pcp_size = 1, int dc
 
 /// What a mirror has done. Counters only grow, except keys / index_keys / lag / queue_depth.
 struct EventMirrorStats {
-  std::uint64_t messages = 0;          ///< messages applied (live and replayed)
-  std::uint64_t events_stored = 0;     ///< BlockStored events applied
-  std::uint64_t events_removed = 0;    ///< BlockRemoved events applied
-  std::uint64_t events_cleared = 0;    ///< AllBlocksCleared / RemoveAll events applied
-  std::uint64_t hashes_stored = 0;     ///< block hashes in applied stored events
-  std::uint64_t hashes_removed = 0;    ///< block hashes in applied removed events
+  std::uint64_t messages = 0;            ///< messages applied (live and replayed)
+  std::uint64_t events_stored = 0;       ///< BlockStored events applied
+  std::uint64_t events_removed = 0;      ///< BlockRemoved events applied
+  std::uint64_t events_cleared = 0;      ///< AllBlocksCleared / RemoveAll events applied
+  std::uint64_t hashes_stored = 0;       ///< block hashes in applied stored events
+  std::uint64_t hashes_removed = 0;      ///< block hashes in applied removed events
   std::uint64_t malformed_messages = 0;  ///< messages skipped whole (bad frames or payload)
   std::uint64_t malformed_events = 0;    ///< events skipped (bad fields) inside good messages
   std::uint64_t failed_events = 0;       ///< events the index refused (capacity), skipped
-  std::uint64_t foreign_keys = 0;      ///< Mooncake keys of another model/prefix/rank, ignored
-  std::uint64_t gaps = 0;              ///< sequence gaps detected (incl. a late join)
-  std::uint64_t missed_messages = 0;   ///< messages in gaps that no replay recovered
-  std::uint64_t replays = 0;           ///< replay requests made
-  std::uint64_t replayed_messages = 0; ///< messages recovered by replay
-  std::uint64_t resyncs = 0;           ///< clears after a gap replay could not fill
-  std::uint64_t duplicates = 0;        ///< messages at or below the last sequence, skipped
-  std::uint64_t backpressure = 0;      ///< times the receiver found the queue full and waited
-  std::uint64_t queue_depth = 0;       ///< messages waiting now
-  bool has_seq = false;                ///< a message has been applied (last_seq is valid)
-  std::uint64_t last_seq = 0;          ///< last applied sequence (the highest over endpoints)
-  double lag_ms = 0;                   ///< apply time minus the event batch's timestamp, last
+  std::uint64_t foreign_keys = 0;        ///< Mooncake keys of another model/prefix/rank, ignored
+  std::uint64_t gaps = 0;                ///< sequence gaps detected (incl. a late join)
+  std::uint64_t missed_messages = 0;     ///< messages in gaps that no replay recovered
+  std::uint64_t replays = 0;             ///< replay requests made
+  std::uint64_t replayed_messages = 0;   ///< messages recovered by replay
+  std::uint64_t resyncs = 0;             ///< clears after a gap replay could not fill
+  std::uint64_t duplicates = 0;          ///< messages at or below the last sequence, skipped
+  std::uint64_t backpressure = 0;        ///< times the receiver found the queue full and waited
+  std::uint64_t queue_depth = 0;         ///< messages waiting now
+  bool has_seq = false;                  ///< a message has been applied (last_seq is valid)
+  std::uint64_t last_seq = 0;            ///< last applied sequence (the highest over endpoints)
+  double lag_ms = 0;                     ///< apply time minus the event batch's timestamp, last
   double max_lag_ms = 0;
-  std::uint64_t keys = 0;              ///< keys present per the mirror (counted media/ranks)
-  std::uint64_t index_keys = 0;        ///< the sink's size()
-  std::string last_error;              ///< why the last message/event was skipped, or ""
+  std::uint64_t keys = 0;        ///< keys present per the mirror (counted media/ranks)
+  std::uint64_t index_keys = 0;  ///< the sink's size()
+  std::string last_error;        ///< why the last message/event was skipped, or ""
 };
 
 /// Decodes and applies event payloads to a sink, synchronously (no sockets, no threads): the

@@ -86,8 +86,9 @@ void bind_mirror(nb::module_& m) {
             }
             PyBlockIndex& index = as_block_index(index_obj);
             if (!index.cpu) {
-              throw Unavailable("EventMirror mirrors into a 'cpu' BlockIndex from Python (the "
-                                "C++ DeviceBlockIndexSink serves device indexes)");
+              throw Unavailable(
+                  "EventMirror mirrors into a 'cpu' BlockIndex from Python (the "
+                  "C++ DeviceBlockIndexSink serves device indexes)");
             }
             if (ns < 0 || ns > static_cast<std::int64_t>(kMaxNamespace)) {
               throw InvalidArgument("namespace must be in [0, " + std::to_string(kMaxNamespace) +
@@ -117,9 +118,8 @@ void bind_mirror(nb::module_& m) {
           nb::arg("replay") = std::vector<std::string>{}, nb::arg("namespace") = 0,
           nb::arg("topic") = "", nb::arg("queue_capacity") = 4096,
           nb::arg("replay_timeout_ms") = 1000,
-          nb::arg("ranks") = std::vector<std::tuple<int, int, int, int>>{},
-          nb::arg("model") = "", nb::arg("cache_prefix").none() = nb::none(),
-          nb::keep_alive<1, 2>(),
+          nb::arg("ranks") = std::vector<std::tuple<int, int, int, int>>{}, nb::arg("model") = "",
+          nb::arg("cache_prefix").none() = nb::none(), nb::keep_alive<1, 2>(),
           nb::sig("def __init__(self, index: BlockIndex, endpoints: Sequence[str], *, "
                   "format: str = 'vllm', replay: Sequence[str] = [], namespace: int = 0, "
                   "topic: str = '', queue_capacity: int = 4096, replay_timeout_ms: int = 1000, "
@@ -155,8 +155,8 @@ void bind_mirror(nb::module_& m) {
             }
           },
           "Stops ingesting and closes the sockets (idempotent). The index keeps its keys.")
-      .def_prop_ro(
-          "running", [](PyEventMirror& self) { return self.mirror && self.mirror->running(); })
+      .def_prop_ro("running",
+                   [](PyEventMirror& self) { return self.mirror && self.mirror->running(); })
       .def("__enter__", [](nb::handle self) { return self; })
       .def(
           "__exit__",

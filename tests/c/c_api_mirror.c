@@ -6,18 +6,18 @@
 
 #include "prefixhit/prefixhit.h"
 
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, \
-              __LINE__, #cond, prefixhit_last_error());                    \
-      return 1;                                                            \
-    }                                                                      \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              prefixhit_last_error());                                                         \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
-static const unsigned char kPayload[] = {
-    0x93, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x91, 0xb0, 'A', 'l', 'l', 'B', 'l', 'o',
-    'c', 'k', 's', 'C', 'l', 'e', 'a', 'r', 'e', 'd', 0x00};
+static const unsigned char kPayload[] = {0x93, 0xcb, 0x3f, 0xf0, 0,   0,   0,   0,   0,   0,
+                                         0x91, 0x91, 0xb0, 'A',  'l', 'l', 'B', 'l', 'o', 'c',
+                                         'k',  's',  'C',  'l',  'e', 'a', 'r', 'e', 'd', 0x00};
 
 int main(void) {
   if (!prefixhit_mirror_available()) {

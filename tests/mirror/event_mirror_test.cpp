@@ -24,8 +24,8 @@ namespace prefixhit {
 namespace {
 
 using testing::TestPublisher;
-using testing::VllmEvent;
 using testing::vllm_payload;
+using testing::VllmEvent;
 
 EventKey int_key(std::uint64_t h, int group = 0) {
   EventKey k;
@@ -127,21 +127,21 @@ TEST(EventApplier, MalformedInputIsCountedAndLosesNothing) {
   pk.pack_array(3);
   pk.pack_double(1.0);
   pk.pack_array(5);
-  pk.pack(std::string("BlockStored"));                         // not a map or array
-  pk.pack_map(1);                                              // no type
+  pk.pack(std::string("BlockStored"));  // not a map or array
+  pk.pack_map(1);                       // no type
   pk.pack(std::string("block_hashes"));
   pk.pack(std::vector<int>{1});
-  pk.pack_array(2);                                            // unknown tag
+  pk.pack_array(2);  // unknown tag
   pk.pack(std::string("BlockMigrated"));
   pk.pack(std::vector<int>{1});
-  pk.pack_map(3);                                              // bad hash width
+  pk.pack_map(3);  // bad hash width
   pk.pack(std::string("type"));
   pk.pack(std::string("BlockRemoved"));
   pk.pack(std::string("block_hashes"));
   pk.pack(std::vector<std::string>{"abc"});
   pk.pack(std::string("group_idx"));
   pk.pack(0);
-  pk.pack_array(3);                                            // good: remove 5
+  pk.pack_array(3);  // good: remove 5
   pk.pack(std::string("BlockRemoved"));
   pk.pack(std::vector<int>{5});
   pk.pack(std::string("GPU"));
@@ -194,20 +194,20 @@ TEST(StoreKey, ParsesVllmKeys) {
   EXPECT_EQ(p.key.group_id, 4);
   EXPECT_EQ(p.key.digest_size, 32);
   EXPECT_EQ(p.key.bytes[0], 0xAA);
-  ASSERT_TRUE(parse_store_key("pre@fix@org/m-1@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
-                              "00112233445566778899aabbccddeeff",
-                              p));
+  ASSERT_TRUE(
+      parse_store_key("pre@fix@org/m-1@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
+                      "00112233445566778899aabbccddeeff",
+                      p));
   EXPECT_EQ(p.cache_prefix, "pre@fix");
   EXPECT_EQ(p.model, "org/m-1");
   EXPECT_EQ(p.key.digest_size, 16);
   EXPECT_EQ(p.key.bytes[15], 0xFF);
   EXPECT_EQ(p.key.bytes[16], 0);
-  for (const std::string bad :
-       {"12345", "0x1f", "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@abc",
-        "@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@0011223344556677",
-        "m@tp_rank:x@pcp0@dcp0@pp_rank:0@group:0@0011223344556677",
-        "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:32@0011223344556677",
-        "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@00112233445566zz"}) {
+  for (const std::string bad : {"12345", "0x1f", "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@abc",
+                                "@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@0011223344556677",
+                                "m@tp_rank:x@pcp0@dcp0@pp_rank:0@group:0@0011223344556677",
+                                "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:32@0011223344556677",
+                                "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@00112233445566zz"}) {
     EXPECT_FALSE(parse_store_key(bad, p)) << bad;
   }
 }
@@ -254,9 +254,9 @@ TEST(EventApplier, MooncakeKeysNeedEveryRankNamespace) {
   feed(a, mooncake_payload({MooncakeEvent{"stored", k0}}));
   EXPECT_EQ(index.size(), 0U);  // rank 1 does not have it yet
   feed(a, mooncake_payload(
-                   {MooncakeEvent{"stored", k1},
-                    MooncakeEvent{"stored", "other@tp_rank:0@pcp0@dcp0@pp_rank:0@group:1@" + hex},
-                    MooncakeEvent{"stored", "12345"}}));
+              {MooncakeEvent{"stored", k1},
+               MooncakeEvent{"stored", "other@tp_rank:0@pcp0@dcp0@pp_rank:0@group:1@" + hex},
+               MooncakeEvent{"stored", "12345"}}));
   EXPECT_EQ(a.stats().foreign_keys, 2U);
   EventKey key;
   key.bytes.fill(0xBB);
@@ -408,9 +408,9 @@ TEST(EventMirror, MalformedFramesAreCounted) {
   EventMirror mirror(sink, live_options(pub));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   pub.publish(vllm_payload({stored_event(1)}, false));
-  pub.send_raw({"kv", "1234567", "x"});        // 7-byte sequence
-  pub.send_raw({"kv"});                        // one frame
-  pub.send_raw({"kv", "a", "b", "c", "d"});    // five frames
+  pub.send_raw({"kv", "1234567", "x"});      // 7-byte sequence
+  pub.send_raw({"kv"});                      // one frame
+  pub.send_raw({"kv", "a", "b", "c", "d"});  // five frames
   pub.publish("\xc1 garbage");
   pub.publish(vllm_payload({stored_event(2)}, false));
   ASSERT_TRUE(mirror.wait_for_seq(2, 10.0));

@@ -33,7 +33,9 @@ class TestPublisher {
   /// `keep`: how many recent messages the replay buffer holds. `topic_frame`: whether replayed
   /// messages carry a topic frame (older publishers send none).
   explicit TestPublisher(std::size_t keep = 100000, bool topic_frame = true)
-      : keep_(keep), topic_frame_(topic_frame), pub_(ctx_, zmq::socket_type::pub),
+      : keep_(keep),
+        topic_frame_(topic_frame),
+        pub_(ctx_, zmq::socket_type::pub),
         router_(ctx_, zmq::socket_type::router) {
     pub_.set(zmq::sockopt::linger, 0);
     pub_.set(zmq::sockopt::sndhwm, 0);
@@ -154,10 +156,10 @@ inline std::string vllm_payload(const std::vector<VllmEvent>& events, bool posit
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   pk.pack_array(3);
-  pk.pack_double(ts != 0 ? ts
-                         : std::chrono::duration<double>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count());
+  pk.pack_double(
+      ts != 0 ? ts
+              : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                    .count());
   pk.pack_array(static_cast<std::uint32_t>(events.size()));
   for (const VllmEvent& e : events) {
     auto pack_hashes = [&] {
