@@ -31,6 +31,9 @@ struct EventApplier::Impl {
     touched.clear();
     changed.clear();
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
+      counts.prefetch(batch.keys[ev.first_key + k]);
+    }
+    for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
       const EventKey& key = batch.keys[ev.first_key + k];
       const std::size_t i = counts.find_or_add(key);
       const bool was = present(i);
@@ -60,6 +63,9 @@ struct EventApplier::Impl {
     const mirror::Holder holder{ev.rank, ev.medium};
     touched.clear();
     changed.clear();
+    for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
+      counts.prefetch(batch.keys[ev.first_key + k]);
+    }
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
       const EventKey& key = batch.keys[ev.first_key + k];
       const std::size_t i = counts.find(key);

@@ -1,6 +1,8 @@
 // The mirror's pieces that need neither ZeroMQ nor msgpack: the CPU index sink, the one
 // mapping of event keys onto index digests, and the format names.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "prefixhit/errors.hpp"
 #include "prefixhit/event_mirror.hpp"
@@ -17,24 +19,46 @@ BlockDigest to_index_digest(const EventKey& key) noexcept {
   return d;
 }
 
-void BlockIndexSink::insert(Namespace ns, span<const EventKey> keys) {
-  groups_.resize(keys.size());
-  digests_.resize(keys.size());
+namespace {
+
+/// Fills `digests` (and `groups`, unless every key has the same group); returns that group, or
+/// -1 when the keys span several groups.
+int stage(span<const EventKey> keys, std::vector<std::int32_t>& groups,
+          std::vector<BlockDigest>& digests) {
+  digests.resize(keys.size());
+  bool one_group = true;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    groups_[i] = keys[i].group_id;
-    digests_[i] = to_index_digest(keys[i]);
+    digests[i] = to_index_digest(keys[i]);
+    one_group = one_group && keys[i].group_id == keys[0].group_id;
   }
-  index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_));
+  if (one_group) {
+    return keys.empty() ? 0 : keys[0].group_id;  // one vLLM event: the common case
+  }
+  groups.resize(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    groups[i] = keys[i].group_id;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void BlockIndexSink::insert(Namespace ns, span<const EventKey> keys) {
+  const int group = stage(keys, groups_, digests_);
+  if (group >= 0) {
+    index_->insert(ns, group, span<const BlockDigest>(digests_));
+  } else {
+    index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_));
+  }
 }
 
 void BlockIndexSink::erase(Namespace ns, span<const EventKey> keys) {
-  groups_.resize(keys.size());
-  digests_.resize(keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    groups_[i] = keys[i].group_id;
-    digests_[i] = to_index_digest(keys[i]);
+  const int group = stage(keys, groups_, digests_);
+  if (group >= 0) {
+    index_->erase(ns, group, span<const BlockDigest>(digests_));
+  } else {
+    index_->erase(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_));
   }
-  index_->erase(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_));
 }
 
 const char* to_string(EventFormat format) noexcept {

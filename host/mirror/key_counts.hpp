@@ -32,7 +32,6 @@ class KeyCounts {
     std::uint64_t w[4] = {0, 0, 0, 0};
     std::uint32_t meta = 0;  // group | width << 8
     std::uint8_t state = 0;  // kEmpty, kLive, kTomb
-    bool pending = false;    // marked by the current event (see EventApplier)
     std::uint16_t ranks_present = 0;
     // Holders: the first inline (the common single-medium case), more in `more`.
     Holder first{};
@@ -45,9 +44,11 @@ class KeyCounts {
   /// Makes room so that `extra` more keys can be added without a rehash (entry indices from
   /// find_or_add stay valid for one event).
   void reserve(std::size_t extra) {
-    if ((used_ + extra) * 10 >= slots_.size() * 7) {
+    // Keep live keys plus tombstones under half the slots (short linear probes even under
+    // store/remove churn); a rehash leaves the live keys at most a quarter.
+    if ((used_ + extra) * 2 >= slots_.size()) {
       std::size_t want = slots_.size();
-      while ((live_ + extra) * 10 >= want * 5) {
+      while ((live_ + extra) * 4 >= want) {
         want *= 2;
       }
       rehash(want);
@@ -88,6 +89,14 @@ class KeyCounts {
     e.state = kLive;
     ++live_;
     return i;
+  }
+
+  /// Starts loading `key`'s home slot: an event's keys are prefetched together so that their
+  /// cache misses overlap (the table outgrows L2 at a few ten thousand keys).
+  void prefetch(const EventKey& key) const {
+    std::uint64_t w[4];
+    std::memcpy(w, key.bytes.data(), sizeof w);
+    __builtin_prefetch(&slots_[hash(w, meta_of(key)) & mask_], 0, 3);
   }
 
   /// The entry of `key`, or SIZE_MAX.
@@ -170,7 +179,6 @@ class KeyCounts {
     if (e.state == kLive && e.first_count == 0 && (!e.more || e.more->empty())) {
       e.more.reset();
       e.state = kTomb;
-      e.pending = false;
       --live_;
     }
   }
