@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -117,7 +118,11 @@ struct EventMirror::Impl {
           if (!got) {
             break;
           }
-          push(parse_frames(frames, e));
+          try {
+            push(parse_frames(frames, e));
+          } catch (const std::bad_alloc&) {
+            // No memory for the copy: the message is lost; the sequence gap will show it.
+          }
         }
       }
     }
@@ -152,7 +157,15 @@ struct EventMirror::Impl {
         queue.pop_front();
         not_full.notify_one();
       }
-      handle(item);
+      try {
+        handle(item);
+      } catch (const std::exception& e) {
+        // Only an allocation failure gets here (bad input is handled inside): skip the message
+        // rather than end the thread.
+        std::lock_guard<std::mutex> lock(state_mutex);
+        ++applier.mutable_stats().failed_events;
+        applier.mutable_stats().last_error = std::string("message skipped: ") + e.what();
+      }
     }
   }
 
