@@ -312,6 +312,53 @@ TEST(EventApplier, RandomStreamsAgreeWithAPlainSet) {
   }
 }
 
+/// Hostile payloads: random bytes and mutated valid payloads never crash, and never change
+/// keys that no well-formed event touched.
+TEST(EventApplier, MutatedPayloadsNeverCrash) {
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  for (const EventFormat format : {EventFormat::vllm, EventFormat::mooncake}) {
+    BlockIndex index;
+    BlockIndexSink sink(index);
+    EventMirrorOptions o;
+    o.format = format;
+    EventApplier a(sink, o);
+    VllmEvent keep;
+    keep.int_hashes = {0xABCDEF};
+    keep.group = 31;
+    feed(a, vllm_payload({keep}, false));
+    VllmEvent e;
+    e.int_hashes = {1, 2, 3};
+    VllmEvent r = e;
+    r.kind = VllmEvent::removed;
+    const std::string valid = vllm_payload({e, r, e}, rng() % 2 == 0);
+    for (int i = 0; i < 3000; ++i) {
+      std::string p = valid;
+      if (i % 3 == 0) {
+        p.resize(rng() % 64);
+        for (char& c : p) {
+          c = static_cast<char>(rng());
+        }
+      } else {
+        for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0; --flips) {
+          p[rng() % p.size()] = static_cast<char>(rng());
+        }
+        if (rng() % 4 == 0) {
+          p.resize(rng() % p.size());
+        }
+      }
+      feed(a, p);
+    }
+    // The only key no mutation could reach is still there, unless a mutated message happened
+    // to be a well-formed clear (counted).
+    if (format == EventFormat::vllm && a.stats().events_cleared == 0) {
+      EXPECT_TRUE(has(index, int_key(0xABCDEF, 31)));
+    }
+    EXPECT_GT(a.stats().malformed_messages + a.stats().malformed_events, 0U);
+  }
+}
+
 // ---- live: real sockets -------------------------------------------------------------------
 
 EventMirrorOptions live_options(const TestPublisher& pub, bool replay = true) {
