@@ -279,7 +279,7 @@ struct EventMirror::Impl {
           return false;
         }
         // [b"", topic, seq, payload] or [b"", seq, payload]; the end is a seq of all 0xFF.
-        if (frames.size() < 3 || frames.size() > 4 || frames[0].size() != 0 ||
+        if (frames.size() < 3 || frames.size() > 4 || !frames[0].empty() ||
             frames[frames.size() - 2].size() != 8) {
           why = "malformed replay frames";
           return false;
