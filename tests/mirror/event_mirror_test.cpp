@@ -377,6 +377,19 @@ VllmEvent stored_event(std::uint64_t h) {
   return e;
 }
 
+/// Publishes stored events of hash h, h+1, ... until the mirror applies one (a SUB socket
+/// connects asynchronously, so the first messages may go nowhere). Returns how many were sent.
+std::uint64_t publish_until_seen(TestPublisher& pub, const EventMirror& mirror, std::uint64_t h) {
+  for (std::uint64_t tries = 1; tries <= 50; ++tries) {
+    const std::uint64_t seq = pub.publish(vllm_payload({stored_event(h++)}, false));
+    if (mirror.wait_for_seq(seq, 0.2)) {
+      return tries;
+    }
+  }
+  ADD_FAILURE() << "the mirror never received a message";
+  return 0;
+}
+
 TEST(EventMirror, GapsAreFilledByReplay) {
   TestPublisher pub;
   BlockIndex index;
@@ -409,10 +422,8 @@ TEST(EventMirror, LateJoinReplaysWhatThePublisherHolds) {
   BlockIndex index;
   BlockIndexSink sink(index);
   EventMirror mirror(sink, live_options(pub));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  pub.publish(vllm_payload({stored_event(1000)}, false));
-  ASSERT_TRUE(mirror.wait_for_seq(20, 10.0));
-  EXPECT_EQ(index.size(), 21U);
+  const std::uint64_t sent = publish_until_seen(pub, mirror, 1000);
+  EXPECT_EQ(index.size(), 20U + sent);
   EXPECT_EQ(mirror.stats().gaps, 1U);
   EXPECT_EQ(mirror.stats().resyncs, 0U);
 }
@@ -425,12 +436,11 @@ TEST(EventMirror, ImpossibleReplayResyncs) {
   BlockIndex index;
   BlockIndexSink sink(index);
   EventMirror mirror(sink, live_options(pub));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  pub.publish(vllm_payload({stored_event(999)}, false));
-  ASSERT_TRUE(mirror.wait_for_seq(20, 10.0));
+  const std::uint64_t sent = publish_until_seen(pub, mirror, 999);
   const EventMirrorStats st = mirror.stats();
   EXPECT_EQ(st.resyncs, 1U);
-  EXPECT_EQ(st.missed_messages, 16U);  // 0..15 are gone; 16..20 are held
+  // The publisher holds the last 5 of 20 + sent messages; everything before is gone.
+  EXPECT_EQ(st.missed_messages, 15U + sent);
   EXPECT_EQ(index.size(), 5U);
 
   // Without any replay endpoint a gap resyncs at once.
@@ -438,14 +448,14 @@ TEST(EventMirror, ImpossibleReplayResyncs) {
   BlockIndex index2;
   BlockIndexSink sink2(index2);
   EventMirror mirror2(sink2, live_options(pub2, /*replay=*/false));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  pub2.publish(vllm_payload({stored_event(1)}, false));
-  pub2.publish(vllm_payload({stored_event(2)}, false), /*drop=*/true);
-  pub2.publish(vllm_payload({stored_event(3)}, false));
-  ASSERT_TRUE(mirror2.wait_for_seq(2, 10.0));
-  EXPECT_EQ(mirror2.stats().resyncs, 1U);
-  EXPECT_EQ(mirror2.stats().missed_messages, 1U);
-  EXPECT_EQ(index2.size(), 1U);  // cleared at the gap, then key 3
+  publish_until_seen(pub2, mirror2, 1);
+  const EventMirrorStats before = mirror2.stats();
+  pub2.publish(vllm_payload({stored_event(100)}, false), /*drop=*/true);
+  const std::uint64_t last = pub2.publish(vllm_payload({stored_event(101)}, false));
+  ASSERT_TRUE(mirror2.wait_for_seq(last, 10.0));
+  EXPECT_EQ(mirror2.stats().resyncs, before.resyncs + 1);
+  EXPECT_EQ(mirror2.stats().missed_messages, before.missed_messages + 1);
+  EXPECT_EQ(index2.size(), 1U);  // cleared at the gap, then key 101
 }
 
 TEST(EventMirror, MalformedFramesAreCounted) {
@@ -453,17 +463,16 @@ TEST(EventMirror, MalformedFramesAreCounted) {
   BlockIndex index;
   BlockIndexSink sink(index);
   EventMirror mirror(sink, live_options(pub));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  pub.publish(vllm_payload({stored_event(1)}, false));
+  const std::uint64_t sent = publish_until_seen(pub, mirror, 1);
   pub.send_raw({"kv", "1234567", "x"});      // 7-byte sequence
   pub.send_raw({"kv"});                      // one frame
   pub.send_raw({"kv", "a", "b", "c", "d"});  // five frames
   pub.publish("\xc1 garbage");
-  pub.publish(vllm_payload({stored_event(2)}, false));
-  ASSERT_TRUE(mirror.wait_for_seq(2, 10.0));
+  const std::uint64_t last = pub.publish(vllm_payload({stored_event(1000)}, false));
+  ASSERT_TRUE(mirror.wait_for_seq(last, 10.0));
   const EventMirrorStats st = mirror.stats();
   EXPECT_EQ(st.malformed_messages, 4U);
-  EXPECT_EQ(index.size(), 2U);
+  EXPECT_EQ(index.size(), sent + 1);
 }
 
 TEST(EventMirror, SeveralEndpointsAndConcurrentLookups) {
