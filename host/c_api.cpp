@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -693,3 +694,15 @@ prefixhit_status prefixhit_chunk_masks_get(const prefixhit_chunk_masks* masks, i
 }
 
 }  // extern "C"
+
+// For the C ABI's other translation units (host/c_api_mirror.cpp): the same error handling and
+// the block index handle.
+namespace prefixhit::capi {
+prefixhit_status guarded_call(const std::function<void()>& body) noexcept {
+  return guarded(body);
+}
+BlockIndex& block_index_of(prefixhit_block_index* handle) {
+  require(handle, "index");
+  return handle->index;
+}
+}  // namespace prefixhit::capi

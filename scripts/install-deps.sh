@@ -3,8 +3,9 @@
 # apt-get and Python packages through pip. Does nothing for what is already there.
 set -euo pipefail
 
+# cppzmq-dev, libzmq3-dev, libmsgpack-cxx-dev: the event mirror (optional in CMake, built when found).
 debian_packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev googletest libgtest-dev
-                 libbenchmark-dev clang)
+                 libbenchmark-dev clang cppzmq-dev libzmq3-dev libmsgpack-cxx-dev)
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
@@ -18,10 +19,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-python_packages=(numpy pytest nanobind scikit-build-core hypothesis)
+# pyzmq and msgpack: the mirror's tests run a real publisher (import names zmq, msgpack).
+python_packages=(numpy pytest nanobind scikit-build-core hypothesis pyzmq msgpack)
 py_missing=()
 for pkg in "${python_packages[@]}"; do
   module=${pkg//-/_}
+  [ "$pkg" = pyzmq ] && module=zmq
   python3 -c "import ${module}" 2>/dev/null || py_missing+=("$pkg")
 done
 if ((${#py_missing[@]})); then

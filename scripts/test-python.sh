@@ -21,7 +21,7 @@ pip_install() {
 
 # Build requirements are installed here and the build runs without isolation, so a rerun does
 # not download them again and reuses the incremental build in build-python/.
-pip_install numpy pytest hypothesis "scikit-build-core>=0.10" "nanobind>=2.0"
+pip_install numpy pytest hypothesis "scikit-build-core>=0.10" "nanobind>=2.0" pyzmq msgpack  # pyzmq, msgpack: test_mirror.py
 version_at_least() {  # version_at_least <have> <want>
   [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
 }

@@ -282,6 +282,65 @@ PREFIXHIT_API prefixhit_status prefixhit_chunk_masks_get(const prefixhit_chunk_m
                                                          int64_t* end_chunk, int* is_all,
                                                          const uint8_t** keep);
 
+/* ---- event mirror ---------------------------------------------------------------------------
+ * A block index kept in sync from KV-event streams (ZeroMQ PUB endpoints, msgpack payloads) on
+ * the mirror's own threads; lookups on the index may run meanwhile. docs/mirror.md describes the
+ * formats, gaps/replay and the counters. In builds without ZeroMQ/msgpack-cxx,
+ * prefixhit_mirror_available() is 0 and prefixhit_mirror_create returns UNAVAILABLE. */
+
+typedef struct prefixhit_mirror prefixhit_mirror;
+
+typedef enum prefixhit_event_format {
+  PREFIXHIT_EVENTS_VLLM = 0,    /* vLLM KV events */
+  PREFIXHIT_EVENTS_MOONCAKE = 1 /* Mooncake master events (vLLM store keys in object_key) */
+} prefixhit_event_format;
+
+typedef struct prefixhit_mirror_options {
+  prefixhit_event_format format;
+  const char* const* endpoints; /* num_endpoints PUB endpoints, e.g. "tcp://127.0.0.1:5557" */
+  size_t num_endpoints;
+  const char* const* replay_endpoints; /* ROUTER replay endpoint per endpoint; NULL/"": none */
+  size_t num_replay_endpoints;         /* 0 .. num_endpoints */
+  uint32_t ns;                         /* index namespace the keys go to */
+  const char* topic;                   /* subscription prefix; NULL: every topic */
+  size_t queue_capacity;               /* 0: the default (4096 messages) */
+  int32_t replay_timeout_ms;           /* 0: the default (1000) */
+  /* Mooncake: a key counts while every rank namespace of tp x pcp x dcp x pp holds it
+   * (0 counts as 1); keys of another model (model non-NULL and non-empty) or cache prefix
+   * (cache_prefix non-NULL; "" = keys without one) are ignored. */
+  int32_t tp_size, pcp_size, dcp_size, pp_size;
+  const char* model;
+  const char* cache_prefix;
+} prefixhit_mirror_options;
+
+typedef struct prefixhit_mirror_stats {
+  uint64_t messages, events_stored, events_removed, events_cleared;
+  uint64_t hashes_stored, hashes_removed;
+  uint64_t malformed_messages, malformed_events, failed_events, foreign_keys;
+  uint64_t gaps, missed_messages, replays, replayed_messages, resyncs, duplicates;
+  uint64_t backpressure, queue_depth;
+  int has_seq;       /* 1 once a message has been applied */
+  uint64_t last_seq; /* valid when has_seq */
+  double lag_ms, max_lag_ms;
+  uint64_t keys;       /* keys present per the mirror */
+  uint64_t index_keys; /* keys in the index (all namespaces) */
+} prefixhit_mirror_stats;
+
+PREFIXHIT_API int prefixhit_mirror_available(void);
+/* Starts a mirror into `index`, which must outlive it. */
+PREFIXHIT_API prefixhit_status prefixhit_mirror_create(const prefixhit_mirror_options* options,
+                                                       prefixhit_block_index* index,
+                                                       prefixhit_mirror** out);
+/* Stops (joins the threads) and frees. */
+PREFIXHIT_API void prefixhit_mirror_destroy(prefixhit_mirror* mirror);
+PREFIXHIT_API prefixhit_status prefixhit_mirror_stop(prefixhit_mirror* mirror);
+PREFIXHIT_API prefixhit_status prefixhit_mirror_get_stats(const prefixhit_mirror* mirror,
+                                                          prefixhit_mirror_stats* out);
+/* *reached = 1 once a message with sequence >= seq has been applied, 0 after timeout_s. */
+PREFIXHIT_API prefixhit_status prefixhit_mirror_wait_for_seq(const prefixhit_mirror* mirror,
+                                                             uint64_t seq, double timeout_s,
+                                                             int* reached);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -27,6 +27,7 @@ from ._core import (
     BatchLookupResult,
     BlockIndex,
     Coordinator,
+    EventMirror,
     GroupSpec,
     KeyPlan,
     KeySet,
@@ -34,6 +35,7 @@ from ._core import (
     PlanAnswers,
     build_info,
     hash_prompt,
+    mirror_available,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -64,6 +66,7 @@ __all__ = [
     "CapacityExceededError",
     "Coordinator",
     "CudaError",
+    "EventMirror",
     "FormatError",
     "GroupSpec",
     "InvalidArgumentError",
@@ -83,5 +86,6 @@ __all__ = [
     "build_info",
     "errors",
     "hash_prompt",
+    "mirror_available",
     "__version__",
 ]

@@ -456,6 +456,43 @@ class BatchLookupResult:
 
     def __repr__(self) -> str: ...
 
+class EventMirror:
+    """
+    Keeps a BlockIndex true to a store from its KV-event streams (ZeroMQ PUB + msgpack), on its own threads: format='vllm' (BlockStored/BlockRemoved/AllBlocksCleared, tagged maps or positional arrays, hashes as bytes or 64-bit ints) or format='mooncake' (object keys in vLLM's store key format; a key counts only while every rank namespace in `ranks` holds it). Gaps and late joins are filled from the replay endpoint, else the mirror clears and resyncs. Bad messages are counted and skipped.
+    """
+
+    def __init__(
+        self,
+        index: BlockIndex,
+        endpoints: Sequence[str],
+        *,
+        format: str = "vllm",
+        replay: Sequence[str] = [],
+        namespace: int = 0,
+        topic: str = "",
+        queue_capacity: int = 4096,
+        replay_timeout_ms: int = 1000,
+        ranks: Sequence[tuple[int, int, int, int]] = [],
+        model: str = "",
+        cache_prefix: str | None = None,
+    ) -> None: ...
+    def stats(self) -> dict[str, object]:
+        """Counters: messages, events_stored/removed/cleared, gaps, replays, resyncs, malformed_messages/events, lag_ms, keys, last_seq, ..."""
+
+    def wait_for_seq(self, seq: int, timeout: float = 5.0) -> bool:
+        """Waits until a message with sequence >= seq has been applied; False on timeout."""
+
+    def stop(self) -> None:
+        """Stops ingesting and closes the sockets (idempotent). The index keeps its keys."""
+
+    @property
+    def running(self) -> bool: ...
+    def __enter__(self) -> EventMirror: ...
+    def __exit__(self, exc_type: object | None, exc: object | None, tb: object | None) -> None: ...
+
+def mirror_available() -> bool:
+    """Whether this build has EventMirror (ZeroMQ and msgpack-cxx were found at build time)."""
+
 def build_info() -> dict[str, object]:
     """
     What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work) and 'device' (the device, or why there is none).

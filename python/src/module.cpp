@@ -10,6 +10,8 @@
 
 namespace prefixhit::py {
 
+void bind_mirror(nb::module_& m);  // mirror.cpp
+
 void bind_gpu_info(nb::module_& m) {
   m.def(
       "build_info",
@@ -74,4 +76,5 @@ NB_MODULE(_core, m) {
   py::bind_coordinator(m);
   py::bind_gpu_info(m);
   py::bind_hashing(m);
+  py::bind_mirror(m);
 }
