@@ -44,8 +44,10 @@ FinderKind finder_of(GroupKind kind) {
       return FinderKind::chunked_local;
     case GroupKind::mamba:
       return FinderKind::mamba;
+    case GroupKind::circular_buffer:
+      break;  // never prefix-cacheable, so never planned
   }
-  throw InvalidConfig("unknown group kind");
+  throw InvalidConfig("group kind has no finder");
 }
 
 /// Sizes in tokens: positive, and no larger than any model could use (detail::kMaxConfigTokens),
@@ -61,9 +63,34 @@ void require_positive(std::int64_t value, const std::string& what) {
   }
 }
 
-void validate_spec(const GroupSpec& spec, std::size_t id) {
+void validate_spec(const GroupSpec& spec, std::size_t id, Semantics semantics) {
   const std::string name = group_name(id);
   require_positive(spec.block_size, name + ".block_size");
+  // The 0.33 spec fields do not exist in the pr49069 reference: refuse them rather than guess.
+  if (semantics == Semantics::pr49069) {
+    if (spec.kind == GroupKind::circular_buffer) {
+      throw InvalidConfig(name + ": kind circular_buffer needs semantics vllm-0.33");
+    }
+    if (spec.extra_retained_tokens != 0 || spec.bounded_replay) {
+      throw InvalidConfig(name + ": extra_retained_tokens and bounded_replay need semantics " +
+                          "vllm-0.33");
+    }
+  }
+  if (spec.extra_retained_tokens != 0) {
+    if (!is_window_kind(spec.kind)) {
+      throw InvalidConfig(name + ": extra_retained_tokens is not a field of kind " +
+                          to_string(spec.kind));
+    }
+    if (spec.extra_retained_tokens < 0 || spec.extra_retained_tokens > detail::kMaxConfigTokens) {
+      throw InvalidConfig(name + ".extra_retained_tokens must be in [0, " +
+                          std::to_string(detail::kMaxConfigTokens) + "], got " +
+                          std::to_string(spec.extra_retained_tokens));
+    }
+  }
+  if (spec.bounded_replay && spec.kind != GroupKind::sliding_window_mla) {
+    throw InvalidConfig(name + ": bounded_replay is a field of sliding_window_mla only, not of " +
+                        to_string(spec.kind));
+  }
   if (spec.num_kv_heads < 0 || spec.head_size < 0 || spec.state_dim < 0) {
     throw InvalidConfig(name + ": num_kv_heads, head_size and state_dim must not be negative");
   }
@@ -75,6 +102,8 @@ void validate_spec(const GroupSpec& spec, std::size_t id) {
       throw InvalidConfig(name + ": sliding_window is not a field of kind " + to_string(spec.kind));
     }
     require_positive(*spec.sliding_window, name + ".sliding_window");
+    require_positive(spec.coverage_window(),
+                     name + " coverage window (sliding_window + " + "extra_retained_tokens)");
   } else if (is_window_kind(spec.kind)) {
     throw InvalidConfig(name + ": kind " + to_string(spec.kind) + " needs sliding_window");
   }
@@ -110,14 +139,14 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
                         std::to_string(*c.retention_interval));
   }
   for (std::size_t g = 0; g < n_groups; ++g) {
-    validate_spec(c.groups[g], g);
+    validate_spec(c.groups[g], g, c.semantics);
   }
-  // SEMANTICS.md 1.1.
+  // SEMANTICS.md 1.1; groups that are not prefix-cacheable skip checks (1) and (3) (11.3).
   const std::int64_t h = c.hash_block_size;
   const std::int64_t s = c.scheduler_block_size;
   for (std::size_t g = 0; g < n_groups; ++g) {
     const std::int64_t b = c.groups[g].block_size;
-    if (b % h != 0) {
+    if (c.groups[g].prefix_cacheable() && b % h != 0) {
       throw InvalidConfig(group_name(g) + ".block_size (" + std::to_string(b) +
                           ") is not a multiple of hash_block_size (" + std::to_string(h) + ")");
     }
@@ -128,16 +157,21 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
   }
   for (std::size_t g = 0; g < n_groups; ++g) {
     const std::int64_t b = c.groups[g].block_size;
-    if (s % b != 0) {
+    if (c.groups[g].prefix_cacheable() && s % b != 0) {
       throw InvalidConfig("scheduler_block_size (" + std::to_string(s) + ") is not a multiple of " +
                           group_name(g) + ".block_size (" + std::to_string(b) + ")");
     }
   }
 
-  // Merge equal specs in id order, then put full attention first (stable).
+  // Merge equal specs in id order, then put full attention first (stable). Groups that are not
+  // prefix-cacheable join no spec group (SEMANTICS.md 11.3).
   for (std::size_t g = 0; g < n_groups; ++g) {
-    auto same = std::find_if(spec_groups_.begin(), spec_groups_.end(),
-                             [&](const SpecGroup& sg) { return sg.spec.same_spec(c.groups[g]); });
+    if (!c.groups[g].prefix_cacheable()) {
+      continue;
+    }
+    auto same = std::find_if(spec_groups_.begin(), spec_groups_.end(), [&](const SpecGroup& sg) {
+      return sg.spec.same_spec(c.groups[g], c.semantics);
+    });
     if (same == spec_groups_.end()) {
       spec_groups_.push_back(SpecGroup{{static_cast<int>(g)}, false, c.groups[g]});
       same = spec_groups_.end() - 1;
@@ -171,11 +205,31 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
   // The device-copyable plan.
   plan_.hash_block_size = h;
   plan_.scheduler_block_size = s;
-  plan_.partial = std::any_of(c.groups.begin(), c.groups.end(), [&](const GroupSpec& spec) {
-    return spec.kind == GroupKind::mamba && spec.mamba_cache_mode == MambaCacheMode::align &&
-           spec.block_size > h;
-  });
+  if (c.semantics == Semantics::vllm_0_33) {
+    // 0.33: the flag is the coordinator's input; absent, the engine's rule computes it (11.1).
+    plan_.partial = c.enable_partial_hash_hits.has_value()
+                        ? *c.enable_partial_hash_hits
+                        : partial_hits_rule(span<const GroupSpec>(c.groups), h);
+  } else {
+    plan_.partial = std::any_of(c.groups.begin(), c.groups.end(), [&](const GroupSpec& spec) {
+      return spec.kind == GroupKind::mamba && spec.mamba_cache_mode == MambaCacheMode::align &&
+             spec.block_size > h;
+    });
+    if (c.enable_partial_hash_hits && *c.enable_partial_hash_hits != plan_.partial) {
+      throw InvalidConfig(std::string("enable_partial_hash_hits=") +
+                          (*c.enable_partial_hash_hits ? "true" : "false") +
+                          " contradicts semantics pr49069, which derives " +
+                          (plan_.partial ? "true" : "false") +
+                          " from the groups (a Mamba 'align' group with block_size > "
+                          "hash_block_size); leave it unset, or use semantics vllm-0.33 to "
+                          "choose it");
+    }
+  }
   plan_.alignment = plan_.partial ? h : s;
+  const bool v033 = c.semantics == Semantics::vllm_0_33;
+  plan_.window_alignment_error = !v033;
+  plan_.eagle_bound_by_hashes = v033;
+  plan_.truncate_every_full_attention = v033;
   plan_.num_groups = static_cast<std::int32_t>(n_groups);
   plan_.num_spec_groups = static_cast<std::int32_t>(spec_groups_.size());
   std::int32_t next_member = 0;
@@ -186,13 +240,18 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
     p.is_full_attention = is_full_attention_kind(sg.spec.kind);
     p.use_eagle = sg.use_eagle;
     p.block_size = sg.spec.block_size;
-    p.window = sg.spec.sliding_window.value_or(0);
+    p.window = sg.spec.coverage_window();
     p.chunk_size = sg.spec.attention_chunk_size.value_or(0);
     p.first_member = next_member;
     p.num_members = static_cast<std::int32_t>(sg.group_ids.size());
     for (int id : sg.group_ids) {
       plan_.members[next_member++] = id;
       plan_.spec_group_of[id] = static_cast<std::int32_t>(k);
+    }
+  }
+  for (std::size_t g = 0; g < n_groups; ++g) {
+    if (!c.groups[g].prefix_cacheable()) {
+      plan_.spec_group_of[g] = plan_.num_spec_groups;  // the empty slot: always []
     }
   }
 }
@@ -221,7 +280,8 @@ std::vector<BlockDigest> Coordinator::chunk_keys(span<const BlockDigest> hashes,
 namespace {
 
 /// The message for a finder error: names the spec group that cannot be looked up and why.
-std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind) {
+std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind,
+                                  std::int64_t max_length, std::int64_t n, const char* what) {
   const detail::LookupPlan& plan = coordinator.plan();
   auto members = [&](std::size_t k) {
     std::string out = "[";
@@ -250,6 +310,13 @@ std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind
              " cannot apply the EAGLE drop (the spec group is EAGLE-flagged)";
     }
   }
+  if (kind == ErrorKind::invalid_argument) {
+    return std::string(what) + " " + std::to_string(max_length) + " reaches past the last of the " +
+           std::to_string(n) + " hashes (" + std::to_string(plan.hash_block_size) +
+           " tokens each) in a sliding-window, chunked-local or Mamba group, which the reference "
+           "rejects (it indexes past the hash list); full attention alone stops at the last "
+           "hash";
+  }
   return std::string("lookup failed: ") + to_string(kind);
 }
 
@@ -261,15 +328,15 @@ template <class Probe>
 LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::int64_t max_length,
                          bool apply_eagle, const Probe& probe, const char* what) {
   const detail::LookupPlan& plan = coordinator.plan();
-  if (!detail::max_length_in_range(plan, n, max_length)) {
-    throw InvalidArgument(detail::max_length_message(what, max_length, n, plan.hash_block_size));
+  if (!detail::max_length_in_range(n, max_length)) {
+    throw InvalidArgument(detail::max_length_message(what, max_length));
   }
   GroupHit spec_hits[kMaxGroups];
   LookupResult result;
   const ErrorKind err = detail::find_longest_cache_hit(plan, n, max_length, apply_eagle, probe,
                                                        spec_hits, result.hit_length);
   if (err != ErrorKind::ok) {
-    throw_error(err, describe_finder_error(coordinator, err));
+    throw_error(err, describe_finder_error(coordinator, err, max_length, n, what));
   }
   result.groups.resize(static_cast<std::size_t>(plan.num_groups));
   for (int g = 0; g < plan.num_groups; ++g) {
@@ -343,7 +410,7 @@ void keep_range(ChunkMask& mask, std::int64_t from, std::int64_t to) {
 
 std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t start_token,
                                           std::optional<std::int64_t> num_prompt_tokens,
-                                          std::optional<std::int64_t> retention) const {
+                                          std::optional<std::int64_t> retention, bool store) const {
   const std::int64_t a_len = plan_.alignment;
   if (aligned_len < 0) {
     throw InvalidArgument("aligned_token_len must not be negative, got " +
@@ -352,9 +419,13 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
   if (start_token < 0) {
     throw InvalidArgument("start_token must not be negative, got " + std::to_string(start_token));
   }
-  if (num_prompt_tokens && *num_prompt_tokens < 0) {
-    throw InvalidArgument("num_prompt_tokens must not be negative, got " +
-                          std::to_string(*num_prompt_tokens));
+  // 0.33's reference takes any prompt length, -1 included (floored boundaries); pr49069 keeps
+  // its non-negative rule. Absurd magnitudes are refused (overflow-free boundary arithmetic).
+  const std::int64_t min_prompt =
+      config_.semantics == Semantics::vllm_0_33 ? -detail::kMaxConfigTokens : 0;
+  if (num_prompt_tokens && *num_prompt_tokens < min_prompt) {
+    throw InvalidArgument("num_prompt_tokens must be at least " + std::to_string(min_prompt) +
+                          ", got " + std::to_string(*num_prompt_tokens));
   }
   if (aligned_len % a_len != 0) {
     throw UnalignedLength("aligned_token_len " + std::to_string(aligned_len) +
@@ -370,8 +441,24 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
     }
   }
   const std::int64_t s = plan_.scheduler_block_size;
-  // Replay boundary, floored (num_prompt_tokens 0 gives -S).
-  const std::int64_t boundary = num_prompt_tokens ? floor_div(*num_prompt_tokens - 1, s) * s : 0;
+  const bool v033 = config_.semantics == Semantics::vllm_0_33;
+  // Replay boundaries, aligned down to S (floored: num_prompt_tokens 0 gives -S). 0.33 with an
+  // EAGLE group uses two (SEMANTICS.md 11.7); they may coincide.
+  std::int64_t boundaries[2] = {0, 0};
+  int num_boundaries = 0;
+  if (num_prompt_tokens) {
+    const std::int64_t p = *num_prompt_tokens;
+    if (v033 && !eagle_group_ids_.empty()) {
+      const std::int64_t b1 = std::max<std::int64_t>(floor_div(p - 1, s) * s - s, 0);
+      const std::int64_t b2 = std::max<std::int64_t>(floor_div(p, s) * s - s, 0);
+      boundaries[num_boundaries++] = floor_div(b1, s) * s;
+      if (b2 != b1) {
+        boundaries[num_boundaries++] = floor_div(b2, s) * s;
+      }
+    } else {
+      boundaries[num_boundaries++] = floor_div(p - 1, s) * s;
+    }
+  }
 
   std::vector<ChunkMask> out(config_.groups.size());
   for (std::size_t g = 0; g < config_.groups.size(); ++g) {
@@ -383,8 +470,11 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
         std::min(mask.end_chunk, std::max<std::int64_t>(0, ceil_div(start_token, b)));
     const auto len = static_cast<std::size_t>(mask.end_chunk - mask.first_chunk);
     if (is_window_kind(spec.kind)) {
+      if (s % b != 0) {
+        continue;  // only a non-cacheable window group can get here: every chunk
+      }
       const std::int64_t e = is_eagle_group_[g];
-      const std::int64_t need = ceil_div(*spec.sliding_window - 1, b) + e;
+      const std::int64_t need = ceil_div(spec.coverage_window() - 1, b) + e;
       if (!retention || *retention != 0) {
         const std::int64_t per = floor_div(retention ? *retention : s, b);
         if (need >= per) {
@@ -396,11 +486,17 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
       } else {
         mask.keep.emplace(len, 0);
       }
-      if (retention && num_prompt_tokens) {
-        const std::int64_t edge = boundary / b + e;
-        keep_range(mask, edge - need, edge);
+      if (retention) {
+        for (int i = 0; i < num_boundaries; ++i) {
+          const std::int64_t edge = boundaries[i] / b + e;
+          keep_range(mask, edge - need, edge);
+        }
       }
     } else if (spec.kind == GroupKind::mamba) {
+      if (v033 && store) {
+        mask.keep.emplace(len, 0);  // 0.33 never saves Mamba state through store_mask (11.7)
+        continue;
+      }
       if (!retention) {
         continue;
       }
@@ -415,12 +511,12 @@ std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t
       } else {
         mask.keep.emplace(len, 0);
       }
-      if (num_prompt_tokens) {
-        const std::int64_t chunk = boundary / b - 1;
+      if (num_boundaries > 0) {
+        const std::int64_t chunk = boundaries[0] / b - 1;
         keep_range(mask, chunk, chunk + 1);
       }
     }
-    // Full attention, MLA and chunked local: always every chunk.
+    // Full attention, MLA, chunked local and circular buffers: always every chunk.
   }
   return out;
 }
@@ -429,12 +525,12 @@ std::vector<ChunkMask> Coordinator::store_mask(
     std::int64_t aligned_token_len, std::int64_t start_token,
     std::optional<std::int64_t> num_prompt_tokens) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::store_mask");
-  return masks(aligned_token_len, start_token, num_prompt_tokens, config_.retention_interval);
+  return masks(aligned_token_len, start_token, num_prompt_tokens, config_.retention_interval, true);
 }
 
 std::vector<ChunkMask> Coordinator::lookup_mask(std::int64_t aligned_token_len) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::lookup_mask");
-  return masks(aligned_token_len, 0, std::nullopt, std::nullopt);
+  return masks(aligned_token_len, 0, std::nullopt, std::nullopt, false);
 }
 
 }  // namespace prefixhit

@@ -36,8 +36,14 @@ bool strict_bool(nb::handle value, const char* name) {
 }
 
 Config make_config(nb::handle groups, nb::handle scheduler_block_size, nb::handle hash_block_size,
-                   nb::handle use_eagle, nb::handle retention_interval) {
+                   nb::handle use_eagle, nb::handle retention_interval, nb::handle semantics,
+                   nb::handle enable_partial_hash_hits) {
   Config config;
+  config.semantics = semantics_from(semantics);
+  if (!enable_partial_hash_hits.is_none()) {
+    config.enable_partial_hash_hits =
+        strict_bool(enable_partial_hash_hits, "enable_partial_hash_hits");
+  }
   config.scheduler_block_size = to_int64(scheduler_block_size, "scheduler_block_size");
   config.hash_block_size = to_int64(hash_block_size, "hash_block_size");
   config.use_eagle = strict_bool(use_eagle, "use_eagle");
@@ -165,24 +171,34 @@ void bind_coordinator(nb::module_& m) {
   cls.def(
          "__init__",
          [](PyCoordinator* self, nb::handle groups, nb::handle scheduler_block_size,
-            nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval) {
+            nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval,
+            nb::handle semantics, nb::handle enable_partial_hash_hits) {
            Config config = make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
-                                       retention_interval);
+                                       retention_interval, semantics, enable_partial_hash_hits);
            new (self) PyCoordinator(std::move(config));
          },
          nb::arg("groups").none(), nb::arg("scheduler_block_size").none(),
          nb::arg("hash_block_size").none(), nb::arg("use_eagle").none() = false,
-         nb::arg("retention_interval").none() = nb::none(),
+         nb::arg("retention_interval").none() = nb::none(), nb::kw_only(),
+         nb::arg("semantics") = "pr49069", nb::arg("enable_partial_hash_hits").none() = nb::none(),
          nb::sig("def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], "
                  "scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, "
-                 "retention_interval: int | None = None) -> None"),
+                 "retention_interval: int | None = None, *, semantics: str = 'pr49069', "
+                 "enable_partial_hash_hits: bool | None = None) -> None"),
          "groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like "
          "the vectors' group objects (kind, block_size, eagle, sliding_window, "
          "attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).\n"
          "scheduler_block_size: S, a common multiple of every block size.\n"
          "hash_block_size: H, the granularity of the request's hash chain.\n"
          "use_eagle: speculative decoding with an EAGLE/MTP drafter is on.\n"
-         "retention_interval: None, 0 or a positive token count (store masks only).")
+         "retention_interval: None, 0 or a positive token count (store masks only).\n"
+         "semantics: 'pr49069' (vLLM PR #49069) or 'vllm-0.33' (the vLLM 0.33.0 release, "
+         "SEMANTICS.md 11).\n"
+         "enable_partial_hash_hits: vllm-0.33: the coordinator's input, None for "
+         "partial_hits_rule(groups, hash_block_size); pr49069: derived from the groups, and a "
+         "given value must agree (InvalidConfigError otherwise).\n"
+         "Group dicts may carry any other field of the real spec: it takes part in spec "
+         "equality (GroupSpec.identity); a near-miss of a known field name is an error.")
       .def_static(
           "from_config",
           [](nb::dict config) {
@@ -190,7 +206,7 @@ void bind_coordinator(nb::module_& m) {
               const std::string name = nb::cast<std::string>(nb::str(key));
               if (name != "groups" && name != "scheduler_block_size" && name != "hash_block_size" &&
                   name != "use_eagle" && name != "retention_interval" &&
-                  name != "enable_partial_hash_hits") {
+                  name != "enable_partial_hash_hits" && name != "semantics") {
                 throw InvalidConfig("unknown config field '" + name + "'");
               }
             }
@@ -203,15 +219,22 @@ void bind_coordinator(nb::module_& m) {
                 config.contains("use_eagle") ? config["use_eagle"] : nb::object(nb::bool_(false));
             nb::object retention =
                 config.contains("retention_interval") ? config["retention_interval"] : nb::none();
+            nb::object semantics =
+                config.contains("semantics") ? config["semantics"] : nb::object(nb::str("pr49069"));
+            nb::object partial = config.contains("enable_partial_hash_hits")
+                                     ? config["enable_partial_hash_hits"]
+                                     : nb::none();
             return std::make_unique<PyCoordinator>(
                 make_config(config["groups"], config["scheduler_block_size"],
-                            config["hash_block_size"], use_eagle, retention));
+                            config["hash_block_size"], use_eagle, retention, semantics, partial));
           },
           nb::arg("config"),
           nb::sig("def from_config(config: Mapping[str, object]) -> Coordinator"),
-          "A coordinator from a conformance vector's `config` object (hash_block_size, "
-          "scheduler_block_size, use_eagle, retention_interval, groups). The informational "
-          "enable_partial_hash_hits field is ignored.")
+          "A coordinator from a conformance vector's `config` object (semantics, "
+          "hash_block_size, scheduler_block_size, use_eagle, retention_interval, groups, "
+          "enable_partial_hash_hits). semantics defaults to 'pr49069', where "
+          "enable_partial_hash_hits is derived (a given value must agree with the groups); "
+          "under 'vllm-0.33' it is the input (None: the engine rule).")
       .def_prop_ro(
           "num_groups", [](const PyCoordinator& self) { return self.c.num_groups(); },
           "Number of KV-cache groups.")
@@ -235,8 +258,13 @@ void bind_coordinator(nb::module_& m) {
       .def_prop_ro(
           "enable_partial_hash_hits",
           [](const PyCoordinator& self) { return self.c.enable_partial_hash_hits(); },
-          "Fine-grained (partial) hash hits: some Mamba group in 'align' mode has a "
-          "block larger than H (SEMANTICS.md 1.3).")
+          "Fine-grained (partial) hash hits: pr49069 derives them (some Mamba group in 'align' "
+          "mode has a block larger than H, SEMANTICS.md 1.3); vllm-0.33 takes them as input "
+          "(11.1).")
+      .def_prop_ro(
+          "semantics",
+          [](const PyCoordinator& self) { return to_string(self.c.config().semantics); },
+          "'pr49069' or 'vllm-0.33': the reference release this coordinator reproduces.")
       .def_prop_ro(
           "lookup_alignment", [](const PyCoordinator& self) { return self.c.lookup_alignment(); },
           "A: hash_block_size with partial hits, else scheduler_block_size.")
