@@ -31,6 +31,7 @@ from ._core import (
     PlanAnswers,
     build_info,
     hash_prompt,
+    partial_hits_rule,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -76,5 +77,6 @@ __all__ = [
     "build_info",
     "errors",
     "hash_prompt",
+    "partial_hits_rule",
     "__version__",
 ]

@@ -37,9 +37,12 @@ class GroupSpec:
         attention_chunk_size: int | None = None,
         mamba_cache_mode: str = "none",
         state_dim: int = 0,
+        extra_retained_tokens: int = 0,
+        bounded_replay: bool = False,
+        identity: Mapping[str, object] | str | None = None,
     ) -> None:
         """
-        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError.
+        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError. extra_retained_tokens and bounded_replay are vllm-0.33 fields (SEMANTICS.md 11.2). identity: every other field of the real spec, as a dict (canonicalised) or canonical JSON text; it takes part in equality.
         """
 
     @staticmethod
@@ -71,9 +74,21 @@ class GroupSpec:
     def mamba_cache_mode(self) -> str: ...
     @property
     def state_dim(self) -> int: ...
-    def same_spec(self, other: GroupSpec) -> bool:
+    @property
+    def extra_retained_tokens(self) -> int: ...
+    @property
+    def bounded_replay(self) -> bool: ...
+    @property
+    def identity(self) -> str:
+        """Canonical JSON text of the spec's other fields ('' when none)."""
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """False for circular buffers and bounded-replay window-MLA groups (11.3)."""
+
+    def same_spec(self, other: GroupSpec, semantics: str = "pr49069") -> bool:
         """
-        Spec equality: every field but ``eagle``, the kind included (the merge rule).
+        Spec equality: every field but ``eagle``, the kind and identity included (the merge rule). Under 'vllm-0.33' window kinds compare the coverage window.
         """
 
     def __eq__(self, other: object) -> bool: ...
@@ -81,6 +96,13 @@ class GroupSpec:
     def __repr__(self) -> str: ...
     def __getstate__(self) -> dict[str, object]: ...
     def __setstate__(self, arg: dict[str, object], /) -> None: ...
+
+def partial_hits_rule(
+    groups: Sequence[GroupSpec | Mapping[str, object]], hash_block_size: int, dcp_world_size: int = 1
+) -> bool:
+    """
+    vLLM 0.33's engine rule for enable_partial_hash_hits (SEMANTICS.md 11.1): more than one group, a Mamba 'align' group with block_size > H (>= H with DCP), and every prefix-cacheable window or chunked-local group with block_size * dcp == H.
+    """
 
 class KeySet:
     """
@@ -227,6 +249,9 @@ class Coordinator:
         hash_block_size: int,
         use_eagle: bool = False,
         retention_interval: int | None = None,
+        *,
+        semantics: str = "pr49069",
+        enable_partial_hash_hits: bool | None = None,
     ) -> None:
         """
         groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like the vectors' group objects (kind, block_size, eagle, sliding_window, attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).
@@ -234,6 +259,9 @@ class Coordinator:
         hash_block_size: H, the granularity of the request's hash chain.
         use_eagle: speculative decoding with an EAGLE/MTP drafter is on.
         retention_interval: None, 0 or a positive token count (store masks only).
+        semantics: 'pr49069' (vLLM PR #49069) or 'vllm-0.33' (the vLLM 0.33.0 release, SEMANTICS.md 11).
+        enable_partial_hash_hits: vllm-0.33: the coordinator's input, None for partial_hits_rule(groups, hash_block_size); pr49069: derived from the groups, and a given value must agree (InvalidConfigError otherwise).
+        Group dicts may carry any other field of the real spec: it takes part in spec equality (GroupSpec.identity); a near-miss of a known field name is an error.
         """
 
     @staticmethod
@@ -273,6 +301,10 @@ class Coordinator:
         """
         Fine-grained (partial) hash hits: some Mamba group in 'align' mode has a block larger than H (SEMANTICS.md 1.3).
         """
+
+    @property
+    def semantics(self) -> str:
+        """'pr49069' or 'vllm-0.33': the reference release this coordinator reproduces."""
 
     @property
     def lookup_alignment(self) -> int:

@@ -70,10 +70,18 @@ def test_wrong_types(coord: prefixhit.Coordinator) -> None:
 
 def test_negative_and_out_of_range_lengths(coord: prefixhit.Coordinator) -> None:
     hashes = hash_chain(2)
-    with pytest.raises(ValueError, match=r"max_length -1 is outside \[0, 48\)"):
+    with pytest.raises(ValueError, match=r"max_length -1 is outside \[0, 1099511627776\]"):
         coord.find_longest_cache_hit(hashes, -1, set())
-    with pytest.raises(ValueError, match=r"max_length 48 is outside \[0, 48\)"):
-        coord.find_longest_cache_hit(hashes, 48, set())
+    with pytest.raises(ValueError, match=r"max_length 1099511627777 is outside"):
+        coord.find_longest_cache_hit(hashes, 2**40 + 1, set())
+    # Past the hashes, full attention stops at the last hash, as the reference does (issue 10);
+    # a window group would index past the hash list, which the reference rejects too.
+    assert coord.find_longest_cache_hit(hashes, 48, {(0, h) for h in hashes})[1] == 32
+    window = prefixhit.Coordinator(
+        [{"kind": "sliding_window", "block_size": 16, "sliding_window": 32}], 16, 16
+    )
+    with pytest.raises(ValueError, match="reaches past the last of the 2 hashes"):
+        window.find_longest_cache_hit(hashes, 48, set())
     with pytest.raises(ValueError, match="token_len"):
         coord.load_mask(hashes, -5)
     with pytest.raises(ValueError, match="request 1: max_length -3"):
