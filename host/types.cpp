@@ -198,25 +198,28 @@ std::string normalise_name(std::string_view name) {
   return out;
 }
 
-/// Levenshtein distance, stopping early once it exceeds `limit`.
+/// Edit distance counting an adjacent transposition as one edit ("eagel" is one from "eagle").
 std::size_t edit_distance(std::string_view a, std::string_view b, std::size_t limit) {
   if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) {
     return limit + 1;
   }
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) {
-    row[j] = j;
-  }
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+  const std::size_t w = b.size() + 1;
+  std::vector<std::size_t> d((a.size() + 1) * w);
+  for (std::size_t i = 0; i <= a.size(); ++i) {
+    for (std::size_t j = 0; j <= b.size(); ++j) {
+      if (i == 0 || j == 0) {
+        d[i * w + j] = i + j;
+        continue;
+      }
+      std::size_t best = std::min({d[(i - 1) * w + j] + 1, d[i * w + j - 1] + 1,
+                                   d[(i - 1) * w + j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        best = std::min(best, d[(i - 2) * w + j - 2] + 1);
+      }
+      d[i * w + j] = best;
     }
   }
-  return row[b.size()];
+  return d[a.size() * w + b.size()];
 }
 
 }  // namespace

@@ -22,7 +22,9 @@ FOLDERS = {
     "extra": vr.vectors_extra_dir(),
 }
 FILES = [path for folder in FOLDERS.values() for path in vr.vector_files(folder)]
-IDS = [f"{name}/{path.stem}" for name, folder in FOLDERS.items() for path in vr.vector_files(folder)]
+IDS = [
+    f"{name}/{path.stem}" for name, folder in FOLDERS.items() for path in vr.vector_files(folder)
+]
 
 
 @pytest.mark.parametrize("name", list(FOLDERS))
