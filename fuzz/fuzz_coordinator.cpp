@@ -85,6 +85,9 @@ Config decode_config(FuzzedDataProvider& in) {
         spec = GroupSpec::mamba(b, static_cast<MambaCacheMode>(in.ConsumeIntegralInRange(0, 2)),
                                 eagle);
         break;
+      case GroupKind::circular_buffer:  // not generated (pr49069 configurations)
+        spec = GroupSpec::circular_buffer(b, eagle);
+        break;
     }
     // A few distinct head counts so that equal-looking groups sometimes do not merge.
     spec.num_kv_heads += in.ConsumeIntegralInRange(0, 1);
@@ -185,6 +188,8 @@ void check_result(const Coordinator& co, const LookupResult& r, std::int64_t max
         check(first.num_blocks == ceil_div(r.hit_length, b), "Mamba list length: " + ctx);
         check(first.num_blocks == 0 || first.num_placeholders == first.num_blocks - 1,
               "Mamba list is not placeholders then one loaded block: " + ctx);
+        break;
+      case GroupKind::circular_buffer:  // never in a spec group
         break;
     }
   }

@@ -331,7 +331,7 @@ class Coordinator:
         The longest prefix of the request present in `store` (SEMANTICS.md 5).
 
         block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 array).
-        max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.
+        max_length: tokens to consider, 0 <= max_length <= 2**40. Past the hashes, full attention stops at the last hash and a window, chunked-local or Mamba group that would index past the hash list raises InvalidArgumentError, as the reference does.
         store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) pairs, probed in place; an iterable of pairs (converted); a KeySet; a BlockIndex (with `namespace`); or PlanAnswers from key_plan().
         apply_eagle: apply the EAGLE drop (the receive path passes False).
 

@@ -233,9 +233,18 @@ nb::dict spec_to_dict(const GroupSpec& s) {
   }
   if (!s.identity.empty()) {
     // The extra fields come back as fields, so from_dict(to_dict()) round-trips.
-    nb::dict extra = nb::module_::import_("json").attr("loads")(s.identity);
-    for (auto [key, value] : extra) {
-      d[key] = value;
+    nb::object extra;
+    try {
+      extra = nb::module_::import_("json").attr("loads")(s.identity);
+    } catch (const nb::python_error&) {
+      extra = nb::none();  // identity text set from C++ need not be JSON
+    }
+    if (PyDict_Check(extra.ptr())) {
+      for (auto [key, value] : nb::borrow<nb::dict>(extra)) {
+        d[key] = value;
+      }
+    } else {
+      d["identity"] = s.identity;
     }
   }
   d["eagle"] = s.eagle;
