@@ -152,7 +152,8 @@ std::string repr(const PyCoordinator& self) {
     }
     groups += sg.use_eagle ? "]*" : "]";
   }
-  return "Coordinator(hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
+  return "Coordinator(semantics='" + std::string(to_string(c.config().semantics)) +
+         "', hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
          ", scheduler_block_size=" + std::to_string(self.c.config().scheduler_block_size) +
          ", lookup_alignment=" + std::to_string(c.lookup_alignment()) + ", spec_groups=[" + groups +
          "])";
