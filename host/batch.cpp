@@ -45,10 +45,9 @@ void Coordinator::validate_batch(const LookupBatch& batch) const {
   }
   for (std::size_t i = 0; i < r; ++i) {
     const std::int64_t n = batch.offsets[i + 1] - batch.offsets[i];
-    if (!detail::max_length_in_range(plan_, n, batch.max_lengths[i])) {
-      throw InvalidArgument(
-          "request " + std::to_string(i) + ": " +
-          detail::max_length_message("max_length", batch.max_lengths[i], n, plan_.hash_block_size));
+    if (!detail::max_length_in_range(n, batch.max_lengths[i])) {
+      throw InvalidArgument("request " + std::to_string(i) + ": " +
+                            detail::max_length_message("max_length", batch.max_lengths[i]));
     }
   }
 }
@@ -132,9 +131,8 @@ LookupResult BatchLookupResult::request(std::size_t r) const {
 KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_length) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::key_plan");
   const auto n = static_cast<std::int64_t>(hashes.size());
-  if (!detail::max_length_in_range(plan_, n, max_length)) {
-    throw InvalidArgument(
-        detail::max_length_message("key_plan: max_length", max_length, n, plan_.hash_block_size));
+  if (!detail::max_length_in_range(n, max_length)) {
+    throw InvalidArgument(detail::max_length_message("key_plan: max_length", max_length));
   }
   KeyPlan plan;
   plan.num_hashes = n;
@@ -150,10 +148,17 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
     const detail::SpecGroupPlan& sg = plan_.spec_groups[k];
     const std::int64_t b = sg.block_size;
     const std::int64_t s = b / h;
-    const std::int64_t blocks = std::min(floor_div(max_length, b), n / s);
     // Fine-grained probes (partial hits) read every raw hash below the bound.
     const bool fine =
         a < b && (sg.finder == FinderKind::full_attention || sg.finder == FinderKind::mamba);
+    // vllm-0.33 lets an EAGLE group's bound pass max_length by one margin, up to n*H (11.6).
+    std::int64_t reach = max_length;
+    if (plan_.eagle_bound_by_hashes && sg.use_eagle && sg.finder != FinderKind::mamba) {
+      const bool fine_margin = plan_.partial && sg.finder == FinderKind::full_attention && b > h;
+      reach = std::max(
+          reach, std::min(max_length + (fine_margin ? h : b), detail::hashed_tokens(plan_, n)));
+    }
+    const std::int64_t blocks = std::min(floor_div(reach, b), n / s);
     // Every block below the bound: in the fixed point a finder may be re-run with any shorter
     // bound, so even chunked local attention can read blocks before max_length's chunk.
     // A window group reads only its lookup mask's chunks (R = null: segments of S). Every member
@@ -165,7 +170,7 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
     for (int m = 0; m < sg.num_members; ++m) {
       const int gid = plan_.members[sg.first_member + m];
       if (fine) {
-        const std::int64_t top = std::min(floor_div(max_length, a), n);
+        const std::int64_t top = std::min(floor_div(reach, a), n);
         for (std::int64_t f = 0; f < top; ++f) {
           add(gid, f);
         }

@@ -154,6 +154,8 @@ prefixhit::GroupKind to_kind(prefixhit_group_kind kind) {
       return prefixhit::GroupKind::chunked_local;
     case PREFIXHIT_MAMBA:
       return prefixhit::GroupKind::mamba;
+    case PREFIXHIT_CIRCULAR_BUFFER:
+      return prefixhit::GroupKind::circular_buffer;
   }
   throw prefixhit::InvalidConfig("unknown group kind " + std::to_string(static_cast<int>(kind)));
 }
@@ -171,8 +173,66 @@ prefixhit::MambaCacheMode to_mode(prefixhit_mamba_cache_mode mode) {
                                  std::to_string(static_cast<int>(mode)));
 }
 
+prefixhit::GroupSpec to_spec(const prefixhit_group_spec& in) {
+  prefixhit::GroupSpec spec;
+  spec.kind = to_kind(in.kind);
+  spec.block_size = in.block_size;
+  spec.eagle = in.eagle != 0;
+  spec.num_kv_heads = in.num_kv_heads;
+  spec.head_size = in.head_size;
+  spec.dtype = in.dtype != nullptr ? in.dtype : "";
+  if (in.sliding_window != 0) {
+    spec.sliding_window = in.sliding_window;
+  }
+  if (in.attention_chunk_size != 0) {
+    spec.attention_chunk_size = in.attention_chunk_size;
+  }
+  spec.mamba_cache_mode = to_mode(in.mamba_cache_mode);
+  spec.state_dim = in.state_dim;
+  spec.extra_retained_tokens = in.extra_retained_tokens;
+  spec.bounded_replay = in.bounded_replay != 0;
+  spec.identity = in.identity != nullptr ? in.identity : "";
+  return spec;
+}
+
+std::vector<prefixhit::GroupSpec> to_specs(const prefixhit_group_spec* groups, std::size_t n) {
+  if (n != 0) {
+    require(groups, "groups");
+  }
+  std::vector<prefixhit::GroupSpec> out;
+  out.reserve(n);
+  for (std::size_t g = 0; g < n; ++g) {
+    out.push_back(to_spec(groups[g]));
+  }
+  return out;
+}
+
 prefixhit::Config to_config(const prefixhit_config& c) {
   prefixhit::Config config;
+  switch (c.semantics) {
+    case PREFIXHIT_SEMANTICS_PR49069:
+      config.semantics = prefixhit::Semantics::pr49069;
+      break;
+    case PREFIXHIT_SEMANTICS_VLLM_0_33:
+      config.semantics = prefixhit::Semantics::vllm_0_33;
+      break;
+    default:
+      throw prefixhit::InvalidConfig("unknown semantics " +
+                                     std::to_string(static_cast<int>(c.semantics)));
+  }
+  switch (c.enable_partial_hash_hits) {
+    case PREFIXHIT_PARTIAL_AUTO:
+      break;
+    case PREFIXHIT_PARTIAL_OFF:
+      config.enable_partial_hash_hits = false;
+      break;
+    case PREFIXHIT_PARTIAL_ON:
+      config.enable_partial_hash_hits = true;
+      break;
+    default:
+      throw prefixhit::InvalidConfig("unknown enable_partial_hash_hits " +
+                                     std::to_string(static_cast<int>(c.enable_partial_hash_hits)));
+  }
   config.hash_block_size = c.hash_block_size;
   config.scheduler_block_size = c.scheduler_block_size;
   config.use_eagle = c.use_eagle != 0;
@@ -183,25 +243,7 @@ prefixhit::Config to_config(const prefixhit_config& c) {
   if (c.num_groups != 0) {
     require(c.groups, "config->groups");
   }
-  for (std::size_t g = 0; g < c.num_groups; ++g) {
-    const prefixhit_group_spec& in = c.groups[g];
-    prefixhit::GroupSpec spec;
-    spec.kind = to_kind(in.kind);
-    spec.block_size = in.block_size;
-    spec.eagle = in.eagle != 0;
-    spec.num_kv_heads = in.num_kv_heads;
-    spec.head_size = in.head_size;
-    spec.dtype = in.dtype != nullptr ? in.dtype : "";
-    if (in.sliding_window != 0) {
-      spec.sliding_window = in.sliding_window;
-    }
-    if (in.attention_chunk_size != 0) {
-      spec.attention_chunk_size = in.attention_chunk_size;
-    }
-    spec.mamba_cache_mode = to_mode(in.mamba_cache_mode);
-    spec.state_dim = in.state_dim;
-    config.groups.push_back(std::move(spec));
-  }
+  config.groups = to_specs(c.groups, c.num_groups);
   return config;
 }
 
@@ -287,6 +329,19 @@ prefixhit_status prefixhit_coordinator_lookup_alignment(const prefixhit_coordina
     require(coordinator, "coordinator");
     require(out, "out");
     *out = coordinator->coordinator.lookup_alignment();
+  });
+}
+
+prefixhit_status prefixhit_partial_hits_rule(const prefixhit_group_spec* groups, size_t num_groups,
+                                             int64_t hash_block_size, int64_t dcp_world_size,
+                                             int* out) {
+  return guarded([&] {
+    require(out, "out");
+    const std::vector<prefixhit::GroupSpec> specs = to_specs(groups, num_groups);
+    *out = prefixhit::partial_hits_rule(prefixhit::span<const prefixhit::GroupSpec>(specs),
+                                        hash_block_size, dcp_world_size)
+               ? 1
+               : 0;
   });
 }
 

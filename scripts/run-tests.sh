@@ -49,6 +49,8 @@ count_ctest "${log_dir}/ctest.log"
 conformance() {
   local cli=./build/ci/host/cli/prefixhit rc=0
   "$cli" conformance tests/data/conformance || rc=1
+  "$cli" conformance tests/data/conformance-vllm-0.33 || rc=1
+  "$cli" conformance tests/data/extra || rc=1
   if "$cli" conformance --backend gpu tests/data/conformance/dsv4.json >/dev/null 2>&1; then
     "$cli" conformance --backend gpu tests/data/conformance || rc=1
   else

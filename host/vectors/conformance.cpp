@@ -232,6 +232,7 @@ GroupSpec parse_group_spec(const json& group) {
   spec.kind = parse_group_kind(get_string(group, "kind"));
   spec.block_size = get_int(group, "block_size");
   spec.eagle = group.contains("eagle") && get_bool(group, "eagle");
+  json identity = json::object();  // every other field: part of spec equality (SEMANTICS.md 2.1)
   for (const auto& [key, value] : group.items()) {
     if (key == "kind" || key == "block_size" || key == "eagle") {
       continue;
@@ -250,9 +251,19 @@ GroupSpec parse_group_spec(const json& group) {
       spec.mamba_cache_mode = parse_mamba_cache_mode(get_string(group, "mamba_cache_mode"));
     } else if (key == "state_dim") {
       spec.state_dim = get_int(group, "state_dim");
+    } else if (key == "extra_retained_tokens") {
+      spec.extra_retained_tokens = get_int(group, "extra_retained_tokens");
+    } else if (key == "bounded_replay") {
+      spec.bounded_replay = get_bool(group, "bounded_replay");
+    } else if (const std::string_view typo = spec_field_typo(key); !typo.empty()) {
+      throw FormatError("group field '" + key + "' looks like a misspelling of '" +
+                        std::string(typo) + "' in " + clip(group.dump(), 200));
     } else {
-      throw FormatError("unknown group field '" + key + "' in " + clip(group.dump(), 200));
+      identity[key] = value;
     }
+  }
+  if (!identity.empty()) {
+    spec.identity = identity.dump();  // keys sorted, compact: equal fields give equal text
   }
   return spec;
 }
@@ -263,10 +274,20 @@ Config parse_config(const json& config) {
       throw FormatError("config must be an object");
     }
     Config out;
+    if (const auto it = config.find("semantics"); it != config.end()) {
+      out.semantics = parse_semantics(get_string(config, "semantics"));
+    }
     out.hash_block_size = get_int(config, "hash_block_size");
     out.scheduler_block_size = get_int(config, "scheduler_block_size");
     out.use_eagle = get_bool(config, "use_eagle");
     out.retention_interval = get_optional_int(config, "retention_interval");
+    // An input under vllm-0.33 (SEMANTICS.md 11.1); derived and informational under pr49069.
+    if (out.semantics == Semantics::vllm_0_33) {
+      if (const auto it = config.find("enable_partial_hash_hits");
+          it != config.end() && !it->is_null()) {
+        out.enable_partial_hash_hits = get_bool(config, "enable_partial_hash_hits");
+      }
+    }
     const json& groups = config.at("groups");
     if (!groups.is_array()) {
       throw FormatError("config.groups must be a list");

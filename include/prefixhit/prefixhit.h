@@ -70,8 +70,24 @@ typedef enum prefixhit_group_kind {
   PREFIXHIT_SLIDING_WINDOW = 2,
   PREFIXHIT_SLIDING_WINDOW_MLA = 3,
   PREFIXHIT_CHUNKED_LOCAL = 4,
-  PREFIXHIT_MAMBA = 5
+  PREFIXHIT_MAMBA = 5,
+  PREFIXHIT_CIRCULAR_BUFFER = 6 /* vllm-0.33 only; never prefix-cacheable */
 } prefixhit_group_kind;
+
+/* The reference release to reproduce (SEMANTICS.md 11). Zero is pr49069. */
+typedef enum prefixhit_semantics {
+  PREFIXHIT_SEMANTICS_PR49069 = 0,
+  PREFIXHIT_SEMANTICS_VLLM_0_33 = 1
+} prefixhit_semantics;
+
+/* Partial hash hits: AUTO (zero) derives them (pr49069: rule 1.3; vllm-0.33: the engine rule,
+ * prefixhit_partial_hits_rule); OFF / ON set them (vllm-0.33), or must agree with rule 1.3
+ * (pr49069, else PREFIXHIT_STATUS_INVALID_CONFIG). */
+typedef enum prefixhit_partial_hits {
+  PREFIXHIT_PARTIAL_AUTO = 0,
+  PREFIXHIT_PARTIAL_OFF = 1,
+  PREFIXHIT_PARTIAL_ON = 2
+} prefixhit_partial_hits;
 
 typedef enum prefixhit_mamba_cache_mode {
   PREFIXHIT_MAMBA_NONE = 0,
@@ -92,6 +108,12 @@ typedef struct prefixhit_group_spec {
   int64_t attention_chunk_size;
   prefixhit_mamba_cache_mode mamba_cache_mode;
   int64_t state_dim;
+  /* vllm-0.33: window kinds' extra retained tokens; sliding_window_mla's bounded replay. */
+  int64_t extra_retained_tokens;
+  int bounded_replay;
+  /* Every other field of the real spec as canonical text (compact JSON, sorted keys), compared
+   * byte for byte for spec equality; NULL or "" is none. */
+  const char* identity;
 } prefixhit_group_spec;
 
 /* retention_interval: PREFIXHIT_NO_RETENTION_INTERVAL for the reference's None. */
@@ -110,7 +132,16 @@ typedef struct prefixhit_config {
    * coordinator takes (hashes, batch digests) is num_digests * digest_size bytes, and its store
    * must hold keys of this width (a key set created with it; a block index is read at it). */
   size_t digest_size;
+  prefixhit_semantics semantics;
+  prefixhit_partial_hits enable_partial_hash_hits;
 } prefixhit_config;
+
+/* vLLM 0.33's engine rule for partial hash hits (SEMANTICS.md 11.1): *out = 1 or 0.
+ * dcp_world_size is the decode-context-parallel world size (1 without DCP). */
+PREFIXHIT_API prefixhit_status prefixhit_partial_hits_rule(const prefixhit_group_spec* groups,
+                                                           size_t num_groups,
+                                                           int64_t hash_block_size,
+                                                           int64_t dcp_world_size, int* out);
 
 /* ---- handles ------------------------------------------------------------------------------- */
 

@@ -36,6 +36,7 @@ from ._core import (
     build_info,
     hash_prompt,
     mirror_available,
+    partial_hits_rule,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -87,5 +88,6 @@ __all__ = [
     "errors",
     "hash_prompt",
     "mirror_available",
+    "partial_hits_rule",
     "__version__",
 ]

@@ -61,9 +61,12 @@ class GroupSpec:
         attention_chunk_size: int | None = None,
         mamba_cache_mode: str = "none",
         state_dim: int = 0,
+        extra_retained_tokens: int = 0,
+        bounded_replay: bool = False,
+        identity: Mapping[str, object] | str | None = None,
     ) -> None:
         """
-        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError.
+        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError. extra_retained_tokens and bounded_replay are vllm-0.33 fields (SEMANTICS.md 11.2). identity: every other field of the real spec, as a dict (canonicalised) or canonical JSON text; it takes part in equality.
         """
 
     @staticmethod
@@ -95,9 +98,21 @@ class GroupSpec:
     def mamba_cache_mode(self) -> str: ...
     @property
     def state_dim(self) -> int: ...
-    def same_spec(self, other: GroupSpec) -> bool:
+    @property
+    def extra_retained_tokens(self) -> int: ...
+    @property
+    def bounded_replay(self) -> bool: ...
+    @property
+    def identity(self) -> str:
+        """Canonical JSON text of the spec's other fields ('' when none)."""
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """False for circular buffers and bounded-replay window-MLA groups (11.3)."""
+
+    def same_spec(self, other: GroupSpec, semantics: str = "pr49069") -> bool:
         """
-        Spec equality: every field but ``eagle``, the kind included (the merge rule).
+        Spec equality: every field but ``eagle``, the kind and identity included (the merge rule). Under 'vllm-0.33' window kinds compare the coverage window.
         """
 
     def __eq__(self, other: object) -> bool: ...
@@ -105,6 +120,13 @@ class GroupSpec:
     def __repr__(self) -> str: ...
     def __getstate__(self) -> dict[str, object]: ...
     def __setstate__(self, arg: dict[str, object], /) -> None: ...
+
+def partial_hits_rule(
+    groups: Sequence[GroupSpec | Mapping[str, object]], hash_block_size: int, dcp_world_size: int = 1
+) -> bool:
+    """
+    vLLM 0.33's engine rule for enable_partial_hash_hits (SEMANTICS.md 11.1): more than one group, a Mamba 'align' group with block_size > H (>= H with DCP), and every prefix-cacheable window or chunked-local group with block_size * dcp == H.
+    """
 
 class KeySet:
     """
@@ -266,6 +288,8 @@ class Coordinator:
         retention_interval: int | None = None,
         *,
         digest_size: int = 32,
+        semantics: str = "pr49069",
+        enable_partial_hash_hits: bool | None = None,
     ) -> None:
         """
         groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like the vectors' group objects (kind, block_size, eagle, sliding_window, attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).
@@ -274,6 +298,9 @@ class Coordinator:
         use_eagle: speculative decoding with an EAGLE/MTP drafter is on.
         retention_interval: None, 0 or a positive token count (store masks only).
         digest_size: bytes per block hash, 8, 16 or 32 (vLLM's sha256 hashes are 32, xxhash 16, KV events' integer hashes 8). Every digest argument must have it, and a store must hold keys of it.
+        semantics: 'pr49069' (vLLM PR #49069) or 'vllm-0.33' (the vLLM 0.33.0 release, SEMANTICS.md 11).
+        enable_partial_hash_hits: vllm-0.33: the coordinator's input, None for partial_hits_rule(groups, hash_block_size); pr49069: derived from the groups, and a given value must agree (InvalidConfigError otherwise).
+        Group dicts may carry any other field of the real spec: it takes part in spec equality (GroupSpec.identity); a near-miss of a known field name is an error.
         """
 
     @staticmethod
@@ -319,6 +346,10 @@ class Coordinator:
         """
 
     @property
+    def semantics(self) -> str:
+        """'pr49069' or 'vllm-0.33': the reference release this coordinator reproduces."""
+
+    @property
     def lookup_alignment(self) -> int:
         """A: hash_block_size with partial hits, else scheduler_block_size."""
 
@@ -346,7 +377,7 @@ class Coordinator:
         A list of bytes is read lazily: only the digests the lookup probes are converted (and checked); each one read stays referenced until the call returns. lazy=True returns a tuple of Mask objects (equal to the lists) instead of a list of lists.
 
         block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 array).
-        max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.
+        max_length: tokens to consider, 0 <= max_length <= 2**40. Past the hashes, full attention stops at the last hash and a window, chunked-local or Mamba group that would index past the hash list raises InvalidArgumentError, as the reference does.
         store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) pairs, probed in place; an iterable of pairs (converted); a KeySet; a BlockIndex (with `namespace`); or PlanAnswers from key_plan().
         apply_eagle: apply the EAGLE drop (the receive path passes False).
 

@@ -337,6 +337,10 @@ void bind_masks(nb::module_& m);
 /// A GroupSpec from a prefixhit.GroupSpec or a dict shaped like the vectors' group objects.
 /// `where` names the argument in messages, e.g. "groups[2]".
 GroupSpec spec_from_object(nb::handle obj, const std::string& where);
+/// "pr49069" / "vllm-0.33" -> Semantics; TypeError for a non-str, InvalidConfigError otherwise.
+Semantics semantics_from(nb::handle value);
+/// Compact, key-sorted JSON text of a dict of extra spec fields (GroupSpec::identity).
+std::string canonical_identity(nb::handle fields, const std::string& where);
 /// The vector-style dict of a spec (fields that are unset are left out).
 nb::dict spec_to_dict(const GroupSpec& spec);
 

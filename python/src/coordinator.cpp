@@ -36,9 +36,14 @@ bool strict_bool(nb::handle value, const char* name) {
 }
 
 Config make_config(nb::handle groups, nb::handle scheduler_block_size, nb::handle hash_block_size,
-                   nb::handle use_eagle, nb::handle retention_interval,
-                   nb::handle digest_size = nb::none()) {
+                   nb::handle use_eagle, nb::handle retention_interval, nb::handle semantics,
+                   nb::handle enable_partial_hash_hits, nb::handle digest_size = nb::none()) {
   Config config;
+  config.semantics = semantics_from(semantics);
+  if (!enable_partial_hash_hits.is_none()) {
+    config.enable_partial_hash_hits =
+        strict_bool(enable_partial_hash_hits, "enable_partial_hash_hits");
+  }
   if (!digest_size.is_none()) {
     const std::int64_t width = to_int64(digest_size, "digest_size");
     config.digest_size = width < 0 ? 0 : static_cast<std::size_t>(width);  // 0: refused below
@@ -182,7 +187,8 @@ std::string repr(const PyCoordinator& self) {
     }
     groups += sg.use_eagle ? "]*" : "]";
   }
-  return "Coordinator(hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
+  return "Coordinator(semantics='" + std::string(to_string(c.config().semantics)) +
+         "', hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
          ", scheduler_block_size=" + std::to_string(self.c.config().scheduler_block_size) +
          ", lookup_alignment=" + std::to_string(c.lookup_alignment()) + ", spec_groups=[" + groups +
          "])";
@@ -202,18 +208,21 @@ void bind_coordinator(nb::module_& m) {
          "__init__",
          [](PyCoordinator* self, nb::handle groups, nb::handle scheduler_block_size,
             nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval,
-            nb::handle digest_size) {
+            nb::handle semantics, nb::handle enable_partial_hash_hits, nb::handle digest_size) {
            Config config = make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
-                                       retention_interval, digest_size);
+                                       retention_interval, semantics, enable_partial_hash_hits,
+                                       digest_size);
            new (self) PyCoordinator(std::move(config));
          },
          nb::arg("groups").none(), nb::arg("scheduler_block_size").none(),
          nb::arg("hash_block_size").none(), nb::arg("use_eagle").none() = false,
          nb::arg("retention_interval").none() = nb::none(), nb::kw_only(),
+         nb::arg("semantics") = "pr49069", nb::arg("enable_partial_hash_hits").none() = nb::none(),
          nb::arg("digest_size") = BlockDigest::kSize,
          nb::sig("def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], "
                  "scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, "
-                 "retention_interval: int | None = None, *, digest_size: int = 32) -> None"),
+                 "retention_interval: int | None = None, *, semantics: str = 'pr49069', "
+                 "enable_partial_hash_hits: bool | None = None, digest_size: int = 32) -> None"),
          "groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like "
          "the vectors' group objects (kind, block_size, eagle, sliding_window, "
          "attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).\n"
@@ -221,6 +230,13 @@ void bind_coordinator(nb::module_& m) {
          "hash_block_size: H, the granularity of the request's hash chain.\n"
          "use_eagle: speculative decoding with an EAGLE/MTP drafter is on.\n"
          "retention_interval: None, 0 or a positive token count (store masks only).\n"
+         "semantics: 'pr49069' (vLLM PR #49069) or 'vllm-0.33' (the vLLM 0.33.0 release, "
+         "SEMANTICS.md 11).\n"
+         "enable_partial_hash_hits: vllm-0.33: the coordinator's input, None for "
+         "partial_hits_rule(groups, hash_block_size); pr49069: derived from the groups, and a "
+         "given value must agree (InvalidConfigError otherwise).\n"
+         "Group dicts may carry any other field of the real spec: it takes part in spec "
+         "equality (GroupSpec.identity); a near-miss of a known field name is an error.\n"
          "digest_size: bytes per block hash, 8, 16 or 32 (vLLM's sha256 hashes are 32, "
          "xxhash 16, KV events' integer hashes 8). Every digest argument must have it, and a "
          "store must hold keys of it.")
@@ -231,7 +247,8 @@ void bind_coordinator(nb::module_& m) {
               const std::string name = nb::cast<std::string>(nb::str(key));
               if (name != "groups" && name != "scheduler_block_size" && name != "hash_block_size" &&
                   name != "use_eagle" && name != "retention_interval" &&
-                  name != "enable_partial_hash_hits" && name != "digest_size") {
+                  name != "enable_partial_hash_hits" && name != "semantics" &&
+                  name != "digest_size") {
                 throw InvalidConfig("unknown config field '" + name + "'");
               }
             }
@@ -244,17 +261,24 @@ void bind_coordinator(nb::module_& m) {
                 config.contains("use_eagle") ? config["use_eagle"] : nb::object(nb::bool_(false));
             nb::object retention =
                 config.contains("retention_interval") ? config["retention_interval"] : nb::none();
+            nb::object semantics =
+                config.contains("semantics") ? config["semantics"] : nb::object(nb::str("pr49069"));
+            nb::object partial = config.contains("enable_partial_hash_hits")
+                                     ? config["enable_partial_hash_hits"]
+                                     : nb::none();
             nb::object digest_size =
                 config.contains("digest_size") ? config["digest_size"] : nb::none();
-            return std::make_unique<PyCoordinator>(
-                make_config(config["groups"], config["scheduler_block_size"],
-                            config["hash_block_size"], use_eagle, retention, digest_size));
+            return std::make_unique<PyCoordinator>(make_config(
+                config["groups"], config["scheduler_block_size"], config["hash_block_size"],
+                use_eagle, retention, semantics, partial, digest_size));
           },
           nb::arg("config"),
           nb::sig("def from_config(config: Mapping[str, object]) -> Coordinator"),
-          "A coordinator from a conformance vector's `config` object (hash_block_size, "
-          "scheduler_block_size, use_eagle, retention_interval, groups). The informational "
-          "enable_partial_hash_hits field is ignored.")
+          "A coordinator from a conformance vector's `config` object (semantics, "
+          "hash_block_size, scheduler_block_size, use_eagle, retention_interval, groups, "
+          "enable_partial_hash_hits). semantics defaults to 'pr49069', where "
+          "enable_partial_hash_hits is derived (a given value must agree with the groups); "
+          "under 'vllm-0.33' it is the input (None: the engine rule).")
       .def_prop_ro(
           "num_groups", [](const PyCoordinator& self) { return self.c.num_groups(); },
           "Number of KV-cache groups.")
@@ -281,8 +305,13 @@ void bind_coordinator(nb::module_& m) {
       .def_prop_ro(
           "enable_partial_hash_hits",
           [](const PyCoordinator& self) { return self.c.enable_partial_hash_hits(); },
-          "Fine-grained (partial) hash hits: some Mamba group in 'align' mode has a "
-          "block larger than H (SEMANTICS.md 1.3).")
+          "Fine-grained (partial) hash hits: pr49069 derives them (some Mamba group in 'align' "
+          "mode has a block larger than H, SEMANTICS.md 1.3); vllm-0.33 takes them as input "
+          "(11.1).")
+      .def_prop_ro(
+          "semantics",
+          [](const PyCoordinator& self) { return to_string(self.c.config().semantics); },
+          "'pr49069' or 'vllm-0.33': the reference release this coordinator reproduces.")
       .def_prop_ro(
           "lookup_alignment", [](const PyCoordinator& self) { return self.c.lookup_alignment(); },
           "A: hash_block_size with partial hits, else scheduler_block_size.")
@@ -316,7 +345,9 @@ void bind_coordinator(nb::module_& m) {
            "The longest prefix of the request present in `store` (SEMANTICS.md 5).\n\n"
            "block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 "
            "array).\n"
-           "max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.\n"
+           "max_length: tokens to consider, 0 <= max_length <= 2**40. Past the hashes, full "
+           "attention stops at the last hash and a window, chunked-local or Mamba group that "
+           "would index past the hash list raises InvalidArgumentError, as the reference does.\n"
            "store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) "
            "pairs, probed in place; an iterable of pairs (converted); a KeySet; a "
            "BlockIndex (with `namespace`); or PlanAnswers from key_plan().\n"
