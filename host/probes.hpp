@@ -1,9 +1,11 @@
 // Host probes: how the shared finders (detail/finders.hpp) see a store on the CPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/error_kind.hpp"
 #include "prefixhit/existence.hpp"
 
 namespace prefixhit::detail {
@@ -42,5 +44,28 @@ struct AllPresentProbe {
     return low_bits(count);
   }
 };
+
+/// One lookup for run_planned_lookups: its request (hashes, n, max_length, apply_eagle) and
+/// where its answer goes (hits: one GroupHit per spec group).
+struct PlannedLookup {
+  const BlockDigest* hashes;
+  std::int64_t n;
+  std::int64_t max_length;
+  bool apply_eagle;
+  GroupHit* hits;
+  std::int64_t* hit_length;
+  ErrorKind* error;
+};
+
+/// Runs find_longest_cache_hit for every lookup of `lookups` with its probe set fetched up
+/// front (issue 14): a first pass of the shared finders records the windows they ask for,
+/// guessing every key present; the store answers all recorded windows of all lookups in one
+/// probe_many call (BlockIndex::View overlaps their cache misses); the next pass replays the
+/// finders on those answers and records only what they still lack (after a miss, or for the
+/// fixed point's second reads). A pass that records nothing ran on real answers only, so its
+/// result is exactly the one-window-at-a-time lookup's. After a few passes any lookup still
+/// short of answers finishes with SourceProbe's direct probes.
+void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
+                         PlannedLookup* lookups, std::size_t count);
 
 }  // namespace prefixhit::detail

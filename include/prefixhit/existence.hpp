@@ -1,6 +1,7 @@
 // Existence sources: where a lookup learns which (group id, key) pairs the store holds.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -8,6 +9,16 @@
 #include "prefixhit/types.hpp"
 
 namespace prefixhit {
+
+/// One run of keys for ExistenceSource::probe_many: (group_id, hashes[first + k*step]) for
+/// k < count (count <= 64).
+struct ProbeWindow {
+  const BlockDigest* hashes;
+  std::int64_t first;
+  std::int64_t step;
+  int group_id;
+  int count;
+};
 
 /// The store as a lookup sees it. Implementations: KeySet (a caller-supplied set), the resident
 /// BlockIndex (through BlockIndex::view) and PlanAnswers (a remote store's batch answer).
@@ -19,6 +30,16 @@ class ExistenceSource {
   /// present. `hashes` is the request's whole hash list; every index asked for is inside it.
   virtual std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                               std::int64_t step, int count) const = 0;
+
+  /// out[w] = probe(windows[w]...) for every w < n. Lookups hand a request's (or a batch's)
+  /// whole probe set here at once, so a source can overlap the memory accesses of all of them
+  /// (BlockIndex::View does); the default answers them one by one.
+  virtual void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const {
+    for (std::size_t w = 0; w < n; ++w) {
+      out[w] = probe(windows[w].group_id, windows[w].hashes, windows[w].first, windows[w].step,
+                     windows[w].count);
+    }
+  }
 };
 
 /// A caller-supplied set of (group id, key) pairs: the store content of a conformance vector, or
