@@ -231,13 +231,14 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
 
 /// Lookup rows beside the memory limit: keys probed per DRAM latency (how many of a call's keys
 /// are answered in the time of one dependent read) and the call's key rate as a percentage of
-/// the independent-read rate.
+/// the independent-read rate. Both sides are CPU time (the call's over all its threads, the
+/// limit's on one thread), so the ratios hold per core even on a shared machine.
 void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::json* line,
                        std::string* text) {
-  if (!row.keys_per_call || limit.dependent_ns <= 0) {
+  if (!row.keys_per_call || !row.cpu_us || limit.dependent_ns <= 0) {
     return;
   }
-  const double ns_per_call = row.us_per_call * 1e3;
+  const double ns_per_call = *row.cpu_us * 1e3;
   const double per_latency = *row.keys_per_call * limit.dependent_ns / ns_per_call;
   const double pct = 100.0 * *row.keys_per_call * limit.independent_ns / ns_per_call;
   if (line != nullptr) {
@@ -273,8 +274,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
   std::printf(
       "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
       "%lld stored requests\n"
-      "# memory limit over a %.1f MiB buffer: dependent random read %.1f ns, independent %.2f ns "
-      "(%.1f reads in flight)\n",
+      "# memory limit over a %.1f MiB buffer (thread CPU time): dependent random read %.1f ns, "
+      "independent %.2f ns (%.1f reads in flight)\n",
       workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
       static_cast<unsigned long long>(c.store_slots),
       static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
