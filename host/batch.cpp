@@ -71,8 +71,8 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   // A request of tens of thousands of hashes costs microseconds; small batches stay on the
   // calling thread, where starting workers would cost more than the lookups.
   const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 16);
-  // A chunk of requests shares each probe_many call, so their cache misses overlap.
-  constexpr std::size_t kChunk = 16;
+  // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
+  constexpr std::size_t kChunk = 64;
   const auto run_range = [&](std::size_t begin, std::size_t end) {
     GroupHit spec_hits[kChunk][kMaxGroups];
     detail::PlannedLookup lookups[kChunk];
