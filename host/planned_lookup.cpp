@@ -1,5 +1,6 @@
 // Lookups with their probe set fetched up front (issue 14): record, answer together, replay.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "host/probes.hpp"
@@ -91,6 +92,15 @@ struct MemoProbe {
   }
 };
 
+/// A lookup's working memory: the memos, the windows of a pass, their answers and, for each
+/// window, the (lookup, memo entry) it answers.
+struct Scratch {
+  std::vector<LookupMemo> memos;
+  std::vector<ProbeWindow> windows;
+  std::vector<std::uint64_t> answers;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> owners;
+};
+
 /// Passes before the rest is probed directly. dsv4-flash needs two on a full store (record,
 /// replay) and three around a hole.
 constexpr int kMaxPasses = 4;
@@ -99,11 +109,26 @@ constexpr int kMaxPasses = 4;
 
 void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
                          PlannedLookup* lookups, std::size_t count) {
-  thread_local std::vector<LookupMemo> memos;
-  thread_local std::vector<ProbeWindow> windows;
-  thread_local std::vector<std::uint64_t> answers;
-  // Which memo entry each member window answers.
-  thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> owners;
+  // The thread's buffers, reused across lookups; a lookup started from inside a store's
+  // probe_many (a Python callback source may do that) gets fresh ones.
+  thread_local Scratch cached;
+  thread_local bool cached_in_use = false;
+  Scratch fresh;
+  Scratch& scratch = cached_in_use ? fresh : cached;
+  const bool owns_cached = !cached_in_use;
+  cached_in_use = true;
+  struct Release {
+    bool owns;
+    ~Release() {
+      if (owns) {
+        cached_in_use = false;
+      }
+    }
+  } release{owns_cached};
+  std::vector<LookupMemo>& memos = scratch.memos;
+  std::vector<ProbeWindow>& windows = scratch.windows;
+  std::vector<std::uint64_t>& answers = scratch.answers;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>>& owners = scratch.owners;
   if (memos.size() < count) {
     memos.resize(count);
   }

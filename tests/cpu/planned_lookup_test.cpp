@@ -191,5 +191,65 @@ TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
   EXPECT_GT(compared, 100);
 }
 
+/// A store that runs another lookup from inside probe_many, as a Python callback source may.
+class ReentrantSource final : public ExistenceSource {
+ public:
+  ReentrantSource(const Coordinator& c, const KeySet& inner, const std::vector<BlockDigest>& other,
+                  const KeySet& other_store)
+      : c_(c), inner_(inner), other_(other), other_store_(other_store) {}
+  std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                      std::int64_t step, int count) const override {
+    return inner_.probe(group_id, hashes, first, step, count);
+  }
+  void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override {
+    nested_ = c_.find_longest_cache_hit(
+                    other_, static_cast<std::int64_t>(other_.size()) * c_.config().hash_block_size,
+                    other_store_)
+                  .hit_length;
+    inner_.probe_many(windows, n, out);
+  }
+  std::int64_t nested() const { return nested_; }
+
+ private:
+  const Coordinator& c_;
+  const KeySet& inner_;
+  const std::vector<BlockDigest>& other_;
+  const KeySet& other_store_;
+  mutable std::int64_t nested_ = -1;
+};
+
+TEST(PlannedLookup, ALookupInsideAStoreCallbackLeavesTheOuterOneExact) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  int compared = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    const Config config = random_config(rng);
+    const Coordinator c(config);
+    const auto hashes = random_hashes(rng, 1 + rng() % 200);
+    const auto other = random_hashes(rng, 1 + rng() % 200);
+    const KeySet store = random_store(rng, config, hashes);
+    const KeySet other_store = random_store(rng, config, other);
+    const std::int64_t max_len =
+        random_max_length(rng, static_cast<std::int64_t>(hashes.size()), config.hash_block_size);
+    ErrorKind err = ErrorKind::ok;
+    const LookupResult expected = direct_lookup(c, hashes, max_len, store, true, err);
+    ErrorKind other_err = ErrorKind::ok;
+    const LookupResult other_expected =
+        direct_lookup(c, other, static_cast<std::int64_t>(other.size()) * config.hash_block_size,
+                      other_store, true, other_err);
+    if (err != ErrorKind::ok || other_err != ErrorKind::ok) {
+      continue;
+    }
+    const ReentrantSource source(c, store, other, other_store);
+    expect_same(c.find_longest_cache_hit(hashes, max_len, source), expected, trial);
+    if (source.nested() >= 0) {  // the outer lookup asked its store something
+      ASSERT_EQ(source.nested(), other_expected.hit_length) << "trial " << trial;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 20);
+}
+
 }  // namespace
 }  // namespace prefixhit
