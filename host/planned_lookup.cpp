@@ -109,6 +109,15 @@ constexpr int kMaxPasses = 4;
 
 void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
                          PlannedLookup* lookups, std::size_t count) {
+  if (!store.prefers_probe_many()) {
+    for (std::size_t r = 0; r < count; ++r) {
+      const PlannedLookup& lookup = lookups[r];
+      const SourceProbe probe{&plan, &store, lookup.hashes};
+      *lookup.error = find_longest_cache_hit(plan, lookup.n, lookup.max_length, lookup.apply_eagle,
+                                             probe, lookup.hits, *lookup.hit_length);
+    }
+    return;
+  }
   // The thread's buffers, reused across lookups; a lookup started from inside a store's
   // probe_many (a Python callback source may do that) gets fresh ones.
   thread_local Scratch cached;

@@ -57,14 +57,15 @@ struct PlannedLookup {
   ErrorKind* error;
 };
 
-/// Runs find_longest_cache_hit for every lookup of `lookups` with its probe set fetched up
-/// front (issue 14): a first pass of the shared finders records the windows they ask for,
-/// guessing every key present; the store answers all recorded windows of all lookups in one
-/// probe_many call (BlockIndex::View overlaps their cache misses); the next pass replays the
-/// finders on those answers and records only what they still lack (after a miss, or for the
-/// fixed point's second reads). A pass that records nothing ran on real answers only, so its
-/// result is exactly the one-window-at-a-time lookup's. After a few passes any lookup still
-/// short of answers finishes with SourceProbe's direct probes.
+/// Runs find_longest_cache_hit for every lookup of `lookups`. For a store that
+/// prefers_probe_many(), with its probe set fetched up front (issue 14): a first pass of the shared
+/// finders records the windows they ask for, guessing every key present; the store answers all
+/// recorded windows of all lookups in one probe_many call (BlockIndex::View overlaps their cache
+/// misses); the next pass replays the finders on those answers and records only what they still
+/// lack (after a miss, or for the fixed point's second reads). A pass that records nothing ran on
+/// real answers only, so its result is exactly the one-window-at-a-time lookup's. After a few
+/// passes any lookup still short of answers finishes with SourceProbe's direct probes. Other stores
+/// are probed window by window (SourceProbe), as before.
 void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
                          PlannedLookup* lookups, std::size_t count);
 

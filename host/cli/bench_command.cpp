@@ -76,6 +76,7 @@ class CountingSource final : public ExistenceSource {
     keys_ += count;
     return inner_.probe(group_id, hashes, first, step, count);
   }
+  bool prefers_probe_many() const noexcept override { return inner_.prefers_probe_many(); }
   void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override {
     for (std::size_t w = 0; w < n; ++w) {
       keys_ += windows[w].count;

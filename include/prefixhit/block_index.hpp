@@ -93,6 +93,7 @@ class BlockIndex {
     /// misses are in flight at once (a lookup's ~600 keys cost about the memory system's
     /// random-read throughput, not 600 dependent round trips).
     void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override;
+    bool prefers_probe_many() const noexcept override { return true; }
 
    private:
     const BlockIndex* index_;

@@ -34,6 +34,13 @@ class ExistenceSource {
   /// out[w] = probe(windows[w]...) for every w < n. Lookups hand a request's (or a batch's)
   /// whole probe set here at once, so a source can overlap the memory accesses of all of them
   /// (BlockIndex::View does); the default answers them one by one.
+  /// Whether lookups should fetch their whole probe set up front through probe_many. That set is
+  /// guessed (every key present until answers say otherwise), so it may hold keys a
+  /// window-by-window lookup would never ask about: worth it where one overlapped pass over
+  /// memory is the cost (BlockIndex::View), not where each key costs a call (callbacks, remote
+  /// stores) or is already cheap. Default false.
+  virtual bool prefers_probe_many() const noexcept { return false; }
+
   virtual void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const {
     for (std::size_t w = 0; w < n; ++w) {
       out[w] = probe(windows[w].group_id, windows[w].hashes, windows[w].first, windows[w].step,

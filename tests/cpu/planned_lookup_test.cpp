@@ -124,6 +124,13 @@ void expect_same(const LookupResult& actual, const LookupResult& expected, int t
   }
 }
 
+TEST(PlannedLookup, OnlyTheResidentIndexAsksForTheWholeProbeSet) {
+  BlockIndex index;
+  const KeySet set;
+  EXPECT_TRUE(index.view(0).prefers_probe_many());
+  EXPECT_FALSE(set.prefers_probe_many());  // callbacks and remote stores keep per-window probes
+}
+
 TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
@@ -201,6 +208,7 @@ class ReentrantSource final : public ExistenceSource {
                       std::int64_t step, int count) const override {
     return inner_.probe(group_id, hashes, first, step, count);
   }
+  bool prefers_probe_many() const noexcept override { return true; }
   void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override {
     nested_ = c_.find_longest_cache_hit(
                     other_, static_cast<std::int64_t>(other_.size()) * c_.config().hash_block_size,
