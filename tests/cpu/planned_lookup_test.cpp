@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host/probes.hpp"
+#include "host/vectors/conformance.hpp"
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/detail/finders.hpp"
@@ -257,6 +258,48 @@ TEST(PlannedLookup, ALookupInsideAStoreCallbackLeavesTheOuterOneExact) {
     }
   }
   EXPECT_GT(compared, 20);
+}
+
+/// The conformance vectors through the resident index: the store's keys among the request's
+/// digests are copied into a BlockIndex, so every lookup takes the fetched-up-front path.
+class ResidentIndexBackend final : public conformance::Backend {
+ public:
+  std::string name() const override { return "cpu-resident-index"; }
+  LookupResult find_longest_cache_hit(const Coordinator& coordinator,
+                                      span<const BlockDigest> hashes, std::int64_t max_length,
+                                      const KeySet& store, bool apply_eagle) override {
+    BlockIndex index;
+    for (std::size_t g = 0; g < coordinator.config().groups.size(); ++g) {
+      std::vector<BlockDigest> keys;
+      for (const BlockDigest& d : hashes) {
+        if (store.contains(static_cast<int>(g), d)) {
+          keys.push_back(d);
+        }
+      }
+      index.insert(7, static_cast<int>(g), keys);
+    }
+    return coordinator.find_longest_cache_hit(hashes, max_length, index.view(7), apply_eagle);
+  }
+  LookupResult load_mask(const Coordinator& coordinator, span<const BlockDigest> hashes,
+                         std::int64_t token_len) override {
+    return coordinator.load_mask(hashes, token_len);
+  }
+};
+
+TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
+  const std::vector<std::string> files =
+      conformance::collect_vector_files({conformance::default_vectors_dir()});
+  ASSERT_FALSE(files.empty());
+  ResidentIndexBackend backend;
+  std::size_t cases = 0;
+  for (const std::string& path : files) {
+    const conformance::FileResult result = conformance::run_file(path, backend);
+    for (const conformance::CaseResult& c : result.cases) {
+      ++cases;
+      EXPECT_TRUE(c.passed) << path << ": " << c.name << ": " << c.detail;
+    }
+  }
+  EXPECT_GT(cases, 1000U);
 }
 
 }  // namespace
