@@ -71,28 +71,40 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   // A request of tens of thousands of hashes costs microseconds; small batches stay on the
   // calling thread, where starting workers would cost more than the lookups.
   const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 16);
-  detail::parallel_for(
-      r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
-      [&](std::size_t begin, std::size_t end) {
-        GroupHit spec_hits[kMaxGroups];
-        for (std::size_t i = begin; i < end; ++i) {
-          const std::int64_t off = batch.offsets[i];
-          const std::int64_t n = batch.offsets[i + 1] - off;
-          std::int64_t bad_digest = -1;
-          const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off, &bad_digest};
-          const bool apply_eagle = batch.apply_eagle.empty() || batch.apply_eagle[i] != 0;
-          errors[i] = detail::find_longest_cache_hit(plan_, n, batch.max_lengths[i], apply_eagle,
-                                                     probe, spec_hits, out.hit_lengths[i]);
-          if (bad_digest >= 0) {
-            errors[i] = ErrorKind::invalid_argument;  // the re-run below names the hash
-          }
-          for (std::size_t gid = 0; gid < g; ++gid) {
-            const GroupHit& hit = spec_hits[plan_.spec_group_of[gid]];
-            out.num_blocks[i * g + gid] = hit.num_blocks;
-            out.num_placeholders[i * g + gid] = hit.num_placeholders;
-          }
+  // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
+  constexpr std::size_t kChunk = 64;
+  const auto run_range = [&](std::size_t begin, std::size_t end) {
+    GroupHit spec_hits[kChunk][kMaxGroups];
+    detail::PlannedLookup lookups[kChunk];
+    std::int64_t bad_digests[kChunk];
+    for (std::size_t start = begin; start < end; start += kChunk) {
+      const std::size_t count = std::min(kChunk, end - start);
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t i = start + c;
+        const std::int64_t off = batch.offsets[i];
+        lookups[c] = detail::PlannedLookup{batch.digests.data() + off,
+                                           batch.offsets[i + 1] - off,
+                                           batch.max_lengths[i],
+                                           batch.apply_eagle.empty() || batch.apply_eagle[i] != 0,
+                                           spec_hits[c],
+                                           &out.hit_lengths[i],
+                                           &errors[i],
+                                           &bad_digests[c]};
+        bad_digests[c] = -1;
+      }
+      detail::run_planned_lookups(plan_, store, lookups, count);
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t i = start + c;
+        for (std::size_t gid = 0; gid < g; ++gid) {
+          const GroupHit& hit = spec_hits[c][plan_.spec_group_of[gid]];
+          out.num_blocks[i * g + gid] = hit.num_blocks;
+          out.num_placeholders[i * g + gid] = hit.num_placeholders;
         }
-      });
+      }
+    }
+  };
+  detail::parallel_for(r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
+                       run_range);
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {

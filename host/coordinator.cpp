@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "host/checks.hpp"
@@ -336,8 +337,16 @@ LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::in
   }
   GroupHit spec_hits[kMaxGroups];
   LookupResult result;
-  const ErrorKind err = detail::find_longest_cache_hit(plan, n, max_length, apply_eagle, probe,
-                                                       spec_hits, result.hit_length);
+  ErrorKind err = ErrorKind::ok;
+  if constexpr (std::is_same_v<Probe, detail::SourceProbe>) {
+    // Fetch the probe set up front (issue 14); exact, and one overlapped pass over memory.
+    detail::PlannedLookup lookup{probe.hashes,       n,   max_length,      apply_eagle, spec_hits,
+                                 &result.hit_length, &err, probe.bad_digest};
+    detail::run_planned_lookups(plan, *probe.source, &lookup, 1);
+  } else {
+    err = detail::find_longest_cache_hit(plan, n, max_length, apply_eagle, probe, spec_hits,
+                                         result.hit_length);
+  }
   detail::throw_if_bad_digest(probe, plan);
   if (err != ErrorKind::ok) {
     throw_error(err, describe_finder_error(coordinator, err, max_length, n, what));
