@@ -70,10 +70,12 @@ TEST(Hardening, KeySetWrittenDuringLookupsIsSafeAndKeepsEveryKey) {
   std::atomic<bool> stop{false};
   std::atomic<std::int64_t> lookups{0};
   std::atomic<std::int64_t> wrong{0};
+  std::atomic<int> started{0};
   std::vector<std::thread> readers;
   for (int t = 0; t < 3; ++t) {
     readers.emplace_back([&] {
-      while (!stop.load()) {
+      ++started;
+      for (int mine = 0; !stop.load() || mine < 20; ++mine) {
         // The prefix is always there; the writer only adds keys outside the prompt or
         // further along it, so the hit can only grow, never fall below 128 blocks.
         const LookupResult r = c.find_longest_cache_hit(prompt, 256 * 16, set);
@@ -82,6 +84,9 @@ TEST(Hardening, KeySetWrittenDuringLookupsIsSafeAndKeepsEveryKey) {
         std::this_thread::yield();  // glibc's rwlock prefers readers: let the writer in
       }
     });
+  }
+  while (started.load() < 3) {
+    std::this_thread::yield();
   }
   for (std::size_t i = 0; i < noise.size(); ++i) {
     set.insert(static_cast<int>(i % 3), noise[i]);  // rehashes the table many times
