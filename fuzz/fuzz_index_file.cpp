@@ -69,8 +69,8 @@ void check_sparse_file(const std::vector<std::uint8_t>& image) {
       declared = (declared << 8) | image[24 + static_cast<std::size_t>(i)];
     }
   }
-  const bool written =
-      image.empty() || ::write(fd, image.data(), image.size()) == static_cast<ssize_t>(image.size());
+  const bool written = image.empty() || ::write(fd, image.data(), image.size()) ==
+                                            static_cast<ssize_t>(image.size());
   std::uint64_t size = image.size();
   if (declared <= (std::uint64_t{1} << 34)) {
     size = std::max<std::uint64_t>(size, 44 + 40 * declared);

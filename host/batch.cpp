@@ -188,8 +188,9 @@ PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, 
                           "]");
   }
   if (plan.group_ids.size() != plan.size() || plan.hash_indices.size() != plan.size()) {
-    throw InvalidArgument("plan answers: the key plan's group_ids, hash_indices and keys differ "
-                          "in length");
+    throw InvalidArgument(
+        "plan answers: the key plan's group_ids, hash_indices and keys differ "
+        "in length");
   }
   if (num_hashes_ < 0) {
     throw InvalidArgument("plan answers: the key plan has a negative num_hashes");

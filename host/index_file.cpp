@@ -681,8 +681,8 @@ IndexFileStats save_index(const BlockIndex& index, const std::string& path) {
     const int chown_rc = ::fchown(fd.get(), target.st_uid, target.st_gid);
     static_cast<void>(chown_rc);
     if (::fchmod(fd.get(), target.st_mode & 07777) != 0) {
-      throw IoError(os_error("cannot set the permissions of temporary index file", guard.path,
-                             errno));
+      throw IoError(
+          os_error("cannot set the permissions of temporary index file", guard.path, errno));
     }
   }
 

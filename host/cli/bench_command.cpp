@@ -215,8 +215,8 @@ void add_bench_command(CLI::App& app) {
       // Each request is its own hash chain, held at once: refuse what no machine could hold
       // with a message, rather than a bare std::bad_alloc halfway through.
       if (options->requests * workload.tokens > kMaxBenchTokens) {
-        throw InvalidArgument("bench: --requests " + std::to_string(options->requests) +
-                              " x " + std::to_string(workload.tokens) + " tokens is " +
+        throw InvalidArgument("bench: --requests " + std::to_string(options->requests) + " x " +
+                              std::to_string(workload.tokens) + " tokens is " +
                               std::to_string(options->requests * workload.tokens) +
                               " tokens in all; the limit is 2^32 (lower --requests or --tokens)");
       }

@@ -256,15 +256,16 @@ json run_op(const json& op, const json& expect, const Coordinator& coordinator,
       return json{{"masks", lookup_masks_json(result, budget)}};
     }
     if (kind == "store_mask") {
-      return json{{"masks", chunk_masks_json(coordinator.store_mask(
-                                                 get_int(op, "aligned_token_len"),
-                                                 get_int(op, "start_token"),
-                                                 get_optional_int(op, "num_prompt_tokens")),
-                                             budget)}};
+      return json{{"masks", chunk_masks_json(
+                                coordinator.store_mask(get_int(op, "aligned_token_len"),
+                                                       get_int(op, "start_token"),
+                                                       get_optional_int(op, "num_prompt_tokens")),
+                                budget)}};
     }
     if (kind == "lookup_mask") {
-      return json{{"masks", chunk_masks_json(
-                                coordinator.lookup_mask(get_int(op, "aligned_token_len")), budget)}};
+      return json{
+          {"masks",
+           chunk_masks_json(coordinator.lookup_mask(get_int(op, "aligned_token_len")), budget)}};
     }
     if (kind == "align_lookup_length") {
       return json{{"length", coordinator.align_lookup_length(get_int(op, "length"))}};

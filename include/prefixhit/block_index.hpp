@@ -25,7 +25,7 @@ struct BlockIndexOptions {
   std::size_t initial_capacity = 1 << 16;  ///< slots reserved up front, at most kMaxIndexSlots
   double max_load_factor = 0.8;            ///< grow (rehash) past this, in [0.01, 0.95]
   std::size_t max_capacity = 0;  ///< 0: unbounded; else at most kMaxIndexSlots, grow no further
-  std::uint64_t seed = 0;                  ///< 0: a random seed (hash flooding resistance)
+  std::uint64_t seed = 0;        ///< 0: a random seed (hash flooding resistance)
 };
 
 /// Layout and hashing: open addressing over buckets of 32 slots with an 8-bit tag per slot

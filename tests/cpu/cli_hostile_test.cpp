@@ -103,9 +103,8 @@ void expect_refused(const std::vector<std::string>& args, const std::string& nee
   EXPECT_FALSE(o.timed_out) << line << ": still running after 10 s";
   EXPECT_EQ(o.signal, 0) << line << ": killed by signal " << o.signal << "\n" << o.output;
   EXPECT_GT(o.exit_code, 0) << line << ": accepted\n" << o.output;
-  EXPECT_NE(o.output.find(needle), std::string::npos)
-      << line << ": no \"" << needle << "\" in:\n"
-      << o.output;
+  EXPECT_NE(o.output.find(needle), std::string::npos) << line << ": no \"" << needle << "\" in:\n"
+                                                      << o.output;
 }
 
 class CliHostile : public ::testing::Test {
@@ -141,8 +140,7 @@ TEST_F(CliHostile, NegativeAndNonFiniteNumbersAreRejected) {
   const Outcome saved = run_cli({"index", "save", "--synthetic", "2", index});
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   expect_refused({"index", "load", "--max-capacity", "-1", index}, "negative");  // hung before
-  expect_refused({"index", "load", "--max-capacity", "9223372036854775808", index},
-                 "max_capacity");
+  expect_refused({"index", "load", "--max-capacity", "9223372036854775808", index}, "max_capacity");
   expect_refused({"index", "save", "--synthetic", "2", "--seed", "-1", index}, "negative");
   expect_refused({"demo", "--seed", "-1"}, "negative");
   expect_refused({"bench", "--min-time", "nan"}, "finite");
@@ -151,15 +149,14 @@ TEST_F(CliHostile, NegativeAndNonFiniteNumbersAreRejected) {
 }
 
 TEST_F(CliHostile, AbsurdBenchSizesGetAMessageNotBadAlloc) {
-  expect_refused({"bench", "--workload", "dsv4-flash", "--requests", "1048576", "--tokens",
-                  "67108864"},
-                 "--requests");
+  expect_refused(
+      {"bench", "--workload", "dsv4-flash", "--requests", "1048576", "--tokens", "67108864"},
+      "--requests");
 }
 
 TEST_F(CliHostile, AFileSizeLimitIsAnIoErrorNotSigxfsz) {
   // `ulimit -f 64`: before, the save died of SIGXFSZ.
-  expect_refused({"index", "save", "--synthetic", "2000", file("big.pfx")},
-                 "io_error", 64 * 1024);
+  expect_refused({"index", "save", "--synthetic", "2000", file("big.pfx")}, "io_error", 64 * 1024);
   EXPECT_FALSE(fs::exists(file("big.pfx")));
 }
 

@@ -115,8 +115,7 @@ TEST(IndexFileHostile, AFifoIsRefusedInsteadOfBlocking) {
               return throws<IoError>([&] { load_index(fifo, index); }, "FIFO");
             }),
             0);
-  EXPECT_EQ(run_child([&] { return throws<IoError>([&] { read_index_stats(fifo); }, "FIFO"); }),
-            0);
+  EXPECT_EQ(run_child([&] { return throws<IoError>([&] { read_index_stats(fifo); }, "FIFO"); }), 0);
   EXPECT_EQ(run_child([&] {
               return throws<IoError>([&] { read_index_stats(dir.file("")); }, "directory");
             }),
@@ -156,10 +155,9 @@ TEST(IndexFileHostile, SparseFilesDeclaringBillionsOfKeysAreFormatErrorsAtOnce) 
     }
     ++tried;
     // Before: minutes and gigabytes, then capacity_exceeded for what is corrupt.
-    EXPECT_EQ(run_child([&] {
-                return throws<FormatError>([&] { read_index_stats(path); }, "sparse");
-              }),
-              0)
+    EXPECT_EQ(
+        run_child([&] { return throws<FormatError>([&] { read_index_stats(path); }, "sparse"); }),
+        0)
         << "2^" << log2 << " keys (stats)";
     EXPECT_EQ(run_child([&] {
                 BlockIndex index;

@@ -48,8 +48,8 @@ TEST(VectorRunnerHostile, DepthBombsAreRefusedBeforeParsing) {
     }
   }
   // Brackets inside strings do not count; the real vectors' depth passes.
-  const std::string text = R"({"cases": [)" + std::string(kCase) + R"(], "note": ")" +
-                           std::string(1000, '[') + R"("})";
+  const std::string text =
+      R"({"cases": [)" + std::string(kCase) + R"(], "note": ")" + std::string(1000, '[') + R"("})";
   EXPECT_EQ(conformance::parse_document(text, "ok.json")["cases"].size(), 1U);
 }
 
@@ -85,8 +85,8 @@ TEST(VectorRunnerHostile, GroupIdsBeyond32BitsNeverAliasGroupZero) {
     c["ops"][0]["exists"][0][0] = id;
     c["ops"][0]["expect"] = json{{"hit_length", 0}, {"masks", json::array({json::array()})}};
     const conformance::CaseResult r = run(c);
-    EXPECT_TRUE(r.passed) << "group " << id.dump() << " read as group 0 (a false hit): "
-                          << r.detail;
+    EXPECT_TRUE(r.passed) << "group " << id.dump()
+                          << " read as group 0 (a false hit): " << r.detail;
   }
 }
 
@@ -95,7 +95,10 @@ TEST(VectorRunnerHostile, CasesWithoutRealExpectationsFail) {
       {"expect null", [](json& c) { c["ops"][0]["expect"] = nullptr; }},
       {"expect {}", [](json& c) { c["ops"][0]["expect"] = json::object(); }},
       {"expect without masks", [](json& c) { c["ops"][0]["expect"].erase("masks"); }},
-      {"expect error not a string", [](json& c) { c["ops"][0]["expect"] = {{"error", 3}}; }},
+      {"expect error not a string",
+       [](json& c) {
+         c["ops"][0]["expect"] = {{"error", 3}};
+       }},
       {"ops null", [](json& c) { c["ops"] = nullptr; }},
       {"ops an object", [](json& c) { c["ops"] = json::object(); }},
       {"expect_config {}", [](json& c) { c["expect_config"] = json::object(); }},
