@@ -358,6 +358,7 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
   stats.file_bytes = file_bytes;
   std::uint32_t crc = crc32c(header.data(), header.size());
   constexpr std::size_t kChunk = 4096;  // records per read
+  constexpr std::uint64_t kRecordsReadPastAnError = std::uint64_t{1} << 20;  // 40 MiB
   std::vector<std::uint8_t> buffer(
       static_cast<std::size_t>(std::min<std::uint64_t>(key_count, kChunk)) * kIndexFileRecordBytes);
   std::vector<Record> records;
@@ -395,6 +396,11 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
     }
     if (record_error.empty()) {
       sink(records);
+    } else if (key_count - done - n > kRecordsReadPastAnError) {
+      // Reading on would only tell checksum corruption from a faulty writer; past this many
+      // records (a sparse file on a file system without SEEK_HOLE) it is not worth the time.
+      throw FormatError(where + record_error + " (the remaining " +
+                        std::to_string(key_count - done - n) + " records were not read)");
     }
     done += n;
   }
