@@ -357,7 +357,7 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
   stats.key_count = key_count;
   stats.file_bytes = file_bytes;
   std::uint32_t crc = crc32c(header.data(), header.size());
-  constexpr std::size_t kChunk = 4096;  // records per read
+  constexpr std::size_t kChunk = 4096;                                       // records per read
   constexpr std::uint64_t kRecordsReadPastAnError = std::uint64_t{1} << 20;  // 40 MiB
   std::vector<std::uint8_t> buffer(
       static_cast<std::size_t>(std::min<std::uint64_t>(key_count, kChunk)) * kIndexFileRecordBytes);
