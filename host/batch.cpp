@@ -104,7 +104,7 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
     }
   };
   detail::parallel_for(r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
-                       run_range);
+                       run_range);  // a throwing probe (PlanAnswers of another request) is rethrown here
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {
@@ -211,7 +211,18 @@ PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, 
     throw InvalidArgument("plan answers: num_groups must be in [1, " + std::to_string(kMaxGroups) +
                           "]");
   }
-  table_.assign(static_cast<std::size_t>(num_groups) * static_cast<std::size_t>(num_hashes_), 0);
+  if (plan.group_ids.size() != plan.size() || plan.hash_indices.size() != plan.size()) {
+    throw InvalidArgument(
+        "plan answers: the key plan's group_ids, hash_indices and keys differ "
+        "in length");
+  }
+  if (num_hashes_ < 0) {
+    throw InvalidArgument("plan answers: the key plan has a negative num_hashes");
+  }
+  const auto hashes = static_cast<std::size_t>(num_hashes_);
+  table_.assign(static_cast<std::size_t>(num_groups) * hashes, 0);
+  keys_.assign(hashes, BlockDigest{});
+  planned_.assign(hashes, 0);
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const std::int32_t gid = plan.group_ids[i];
     const std::int64_t idx = plan.hash_indices[i];
@@ -219,11 +230,18 @@ PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, 
       throw InvalidArgument("plan answers: entry " + std::to_string(i) +
                             " names group or hash index outside the plan");
     }
-    table_[static_cast<std::size_t>(gid * num_hashes_ + idx)] = present[i] != 0 ? 1 : 0;
+    const auto at = static_cast<std::size_t>(idx);
+    if (planned_[at] != 0 && !(keys_[at] == plan.keys[i])) {
+      throw InvalidArgument("plan answers: entries for hash index " + std::to_string(idx) +
+                            " carry different keys");
+    }
+    keys_[at] = plan.keys[i];
+    planned_[at] = 1;
+    table_[static_cast<std::size_t>(gid) * hashes + at] = present[i] != 0 ? 1 : 0;
   }
 }
 
-std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* /*hashes*/, std::int64_t first,
+std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                                  std::int64_t step, int count) const {
   if (group_id < 0 || group_id >= num_groups_) {
     return 0;
@@ -232,7 +250,17 @@ std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* /*hashes*/, st
   const std::uint8_t* row = table_.data() + static_cast<std::ptrdiff_t>(group_id) * num_hashes_;
   for (int k = 0; k < count; ++k) {
     const std::int64_t idx = first + k * step;
-    if (idx >= 0 && idx < num_hashes_ && row[idx] != 0) {
+    if (idx < 0 || idx >= num_hashes_) {
+      continue;
+    }
+    const auto at = static_cast<std::size_t>(idx);
+    // Answers are bound to their plan's keys: the same length is not the same request.
+    if (planned_[at] != 0 && !(hashes[idx] == keys_[at])) {
+      throw InvalidArgument("plan answers: hash " + std::to_string(idx) +
+                            " of this request differs from the key plan's; these answers belong "
+                            "to another request");
+    }
+    if (row[at] != 0) {
       bits |= std::uint64_t{1} << k;
     }
   }

@@ -483,8 +483,10 @@ struct BlockIndex::Impl {
 BlockIndex::BlockIndex() : BlockIndex(BlockIndexOptions{}) {}
 
 BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_unique<Impl>()) {
-  if (!(options.max_load_factor > 0.0 && options.max_load_factor <= 0.95)) {
-    throw InvalidArgument("BlockIndexOptions.max_load_factor must be in (0, 0.95], got " +
+  // A factor so small that no table holds one key would make every insert grow forever.
+  if (!(options.max_load_factor >= kMinMaxLoadFactor && options.max_load_factor <= 0.95)) {
+    throw InvalidArgument("BlockIndexOptions.max_load_factor must be in [" +
+                          std::to_string(kMinMaxLoadFactor) + ", 0.95], got " +
                           std::to_string(options.max_load_factor));
   }
   if (options.max_capacity != 0 && options.max_capacity < static_cast<std::size_t>(kBucketSlots)) {
@@ -492,9 +494,15 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
                           std::to_string(kBucketSlots) + " slots, got " +
                           std::to_string(options.max_capacity));
   }
+  // Slot counts near 2^64 overflow the bucket arithmetic; no machine holds 2^40 slots anyway.
+  if (static_cast<std::uint64_t>(options.max_capacity) > kMaxIndexSlots) {
+    throw InvalidArgument("BlockIndexOptions.max_capacity must be at most 2^40 slots (" +
+                          std::to_string(kMaxIndexSlots) + "; 0 is unbounded), got " +
+                          std::to_string(options.max_capacity));
+  }
   // A request for more slots than any machine holds is a mistake, not a reason to wrap around
   // to a tiny table.
-  constexpr std::uint64_t kMaxInitialSlots = std::uint64_t{1} << 40;
+  constexpr std::uint64_t kMaxInitialSlots = kMaxIndexSlots;
   if (static_cast<std::uint64_t>(options.initial_capacity) > kMaxInitialSlots) {
     throw CapacityExceeded("BlockIndex cannot allocate " +
                            std::to_string(options.initial_capacity) +

@@ -105,6 +105,9 @@ void require(const T* pointer, const char* what) {
   }
 }
 
+/// The most digests one call may pass: 2^40 (32 TiB of digests).
+constexpr std::size_t kMaxDigestsPerCall = std::size_t{1} << 40;
+
 /// Digest view of `n` digests of `width` bytes each (n * width bytes), safe for any alignment of
 /// the caller's buffer.
 class DigestInput {
@@ -112,6 +115,12 @@ class DigestInput {
   DigestInput(const std::uint8_t* keys, std::size_t n, const char* what,
               std::size_t width = prefixhit::BlockDigest::kSize) {
     prefixhit::check_digest_size(width, what);
+    // A count no buffer can hold (n * 32 near or past 2^64) is a caller's mistake, not a size
+    // to read or allocate.
+    if (n > kMaxDigestsPerCall) {
+      throw prefixhit::InvalidArgument(std::string("num_") + what + " " + std::to_string(n) +
+                                       " is more digests than one call accepts (at most 2^40)");
+    }
     if (n != 0) {
       require(keys, what);
     }
@@ -257,6 +266,13 @@ const prefixhit::ExistenceSource& resolve(const prefixhit_store* store,
   }
   if (store->key_set != nullptr) {
     return store->key_set->set;
+  }
+  // As in prefixhit_block_index_contains: a namespace the index cannot hold is an error, not
+  // a silent miss.
+  if (store->ns > prefixhit::kMaxNamespace) {
+    throw prefixhit::InvalidArgument("store->ns " + std::to_string(store->ns) +
+                                     " exceeds the 24-bit namespace maximum " +
+                                     std::to_string(prefixhit::kMaxNamespace));
   }
   view.emplace(store->block_index->index, store->ns, digest_size);
   return *view;

@@ -381,6 +381,12 @@ LookupResult Coordinator::load_mask(std::int64_t num_hashes, std::int64_t token_
   if (num_hashes < 0) {
     throw InvalidArgument("load_mask: num_hashes must not be negative");
   }
+  // The masks list one entry per block: the mask size limit applies (else 2^62 hashes spin).
+  if (num_hashes > detail::kMaxMaskChunks) {
+    throw InvalidArgument("load_mask: num_hashes " + std::to_string(num_hashes) +
+                          " exceeds the limit of " + std::to_string(detail::kMaxMaskChunks) +
+                          " hashes a mask may cover");
+  }
   return lookup_with(*this, num_hashes, token_len, false, detail::AllPresentProbe{}, "token_len");
 }
 

@@ -842,9 +842,16 @@ struct DeviceBlockIndex::Impl {
 DeviceBlockIndex::DeviceBlockIndex(const DeviceBlockIndexOptions& options, cudaStream_t stream)
     : impl_(std::make_unique<Impl>()) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::DeviceBlockIndex");
-  if (!(options.max_load_factor > 0.0 && options.max_load_factor <= 0.95)) {
-    throw InvalidArgument("DeviceBlockIndexOptions.max_load_factor must be in (0, 0.95], got " +
+  // The CPU index's bounds (block_index.hpp): a tinier factor makes the first insert spin, a
+  // slot limit near 2^64 overflows the bucket arithmetic.
+  if (!(options.max_load_factor >= kMinMaxLoadFactor && options.max_load_factor <= 0.95)) {
+    throw InvalidArgument("DeviceBlockIndexOptions.max_load_factor must be in [" +
+                          std::to_string(kMinMaxLoadFactor) + ", 0.95], got " +
                           std::to_string(options.max_load_factor));
+  }
+  if (static_cast<std::uint64_t>(options.max_capacity) > kMaxIndexSlots) {
+    throw InvalidArgument("DeviceBlockIndexOptions.max_capacity must be at most 2^40 slots, got " +
+                          std::to_string(options.max_capacity));
   }
   if (options.max_capacity != 0 &&
       options.max_capacity < static_cast<std::size_t>(detail::kBucketSlots)) {

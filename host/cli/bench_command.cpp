@@ -23,6 +23,9 @@ namespace {
 
 std::atomic<std::int64_t> g_bench_sink{0};
 
+/// The most tokens (requests x tokens) one bench run may hold: 2^32, 8 GiB of digests at H=16.
+constexpr std::int64_t kMaxBenchTokens = std::int64_t{1} << 32;
+
 struct Timing {
   double us_per_call = 0;  ///< mean wall time per call
   double calls_per_s = 0;
@@ -370,7 +373,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--tokens", options->tokens, "Prompt length (default 131072)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 26));
   cmd->add_option("--min-time", options->min_seconds, "Seconds spent timing each op")
-      ->check(CLI::Range(0.001, 600.0))
+      ->check(kFinite & CLI::Range(0.001, 600.0))
       ->capture_default_str();
   cmd->add_flag("--json", options->json,
                 "One JSON object per line: workload, backend, op, requests, tokens, "
@@ -385,6 +388,14 @@ void add_bench_command(CLI::App& app) {
     }
     for (const std::string& name : names) {
       const Workload workload = make_workload(name, options->tokens);
+      // Each request is its own hash chain, held at once: refuse what no machine could hold
+      // with a message, rather than a bare std::bad_alloc halfway through.
+      if (options->requests * workload.tokens > kMaxBenchTokens) {
+        throw InvalidArgument("bench: --requests " + std::to_string(options->requests) + " x " +
+                              std::to_string(workload.tokens) + " tokens is " +
+                              std::to_string(options->requests * workload.tokens) +
+                              " tokens in all; the limit is 2^32 (lower --requests or --tokens)");
+      }
       if (options->backend == "gpu") {
         print_rows(run_gpu_bench(workload, options->requests, options->min_seconds), options->json,
                    nullptr);

@@ -1,6 +1,7 @@
 // prefixhit: conformance runner, benchmarks, the demo workload and index files.
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "host/cli/commands.hpp"
 #include "prefixhit/errors.hpp"
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
   } catch (const prefixhit::Error& e) {
     std::cerr << "prefixhit: error (" << prefixhit::to_string(e.kind()) << "): " << e.what()
               << "\n";
+  } catch (const std::bad_alloc&) {
+    std::cerr << "prefixhit: error: out of memory (std::bad_alloc): the sizes asked for need "
+                 "more memory than this machine allows\n";
   } catch (const std::exception& e) {
     std::cerr << "prefixhit: error: " << e.what() << "\n";
   } catch (...) {

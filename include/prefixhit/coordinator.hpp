@@ -59,6 +59,8 @@ struct KeyPlan {
 };
 
 /// The store's answers to a KeyPlan: present[i] says whether plan entry i is in the store.
+/// The answers keep the plan's keys: a lookup whose hashes differ from them at a planned index
+/// (answers of one request used for another) throws InvalidArgument instead of a false hit.
 /// Its digest width is the plan's.
 class PlanAnswers final : public ExistenceSource {
  public:
@@ -71,7 +73,9 @@ class PlanAnswers final : public ExistenceSource {
   std::int64_t num_hashes_;
   int num_groups_;
   std::size_t digest_size_;
-  std::vector<std::uint8_t> table_;  ///< [group][hash index]
+  std::vector<std::uint8_t> table_;    ///< [group][hash index]
+  std::vector<BlockDigest> keys_;      ///< [hash index]: the plan's key there
+  std::vector<std::uint8_t> planned_;  ///< [hash index]: 1 if the plan reads that index
 };
 
 class Coordinator {

@@ -97,7 +97,7 @@ struct DeviceAllocator {
 
 struct DeviceBlockIndexOptions {
   std::size_t initial_capacity = std::size_t{1} << 20;  ///< slots reserved up front
-  double max_load_factor = 0.8;                         ///< grow (rehash) past this, in (0, 0.95]
+  double max_load_factor = 0.8;                         ///< grow past this, in [0.01, 0.95]
   std::size_t max_capacity = 0;  ///< 0: unbounded; else grow no further, then fail
   std::uint64_t seed = 0;        ///< 0: a random seed (hash flooding resistance)
   DeviceAllocator allocator;     ///< empty: cudaMalloc

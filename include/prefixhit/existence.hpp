@@ -56,6 +56,12 @@ class ExistenceSource {
 /// A caller-supplied set of (group id, key) pairs: the store content of a conformance vector, or
 /// a runtime's own view of its store. Any group id is accepted; ids outside the configuration
 /// simply never match. A set holds keys of one digest width (8, 16 or 32 bytes).
+///
+/// Hashing: all 32 digest bytes and the group id, under a secret drawn once per process, so
+/// crafted digests cannot flood one bucket. Thread safety: any number of concurrent readers and
+/// writers; an internal reader-writer lock is taken once per call (once per probe window), so a
+/// lookup running while another thread inserts sees each window whole, either before or after
+/// each insert. Moving or destroying a KeySet while other threads use it is not allowed.
 class KeySet final : public ExistenceSource {
  public:
   /// Throws InvalidArgument unless digest_size is 8, 16 or 32.

@@ -202,6 +202,8 @@ PREFIXHIT_API prefixhit_status prefixhit_key_set_insert(prefixhit_key_set* set, 
 PREFIXHIT_API prefixhit_status prefixhit_key_set_size(const prefixhit_key_set* set, size_t* out);
 
 /* The resident CPU block index. options may be NULL for the defaults. */
+/* Bounds (else PREFIXHIT_STATUS_INVALID_ARGUMENT): max_load_factor in [0.01, 0.95],
+ * max_capacity 0 or in [32, 2^40] slots; initial_capacity above 2^40 is CAPACITY_EXCEEDED. */
 typedef struct prefixhit_block_index_options {
   size_t initial_capacity; /* 0: the default (65536 slots) */
   double max_load_factor;  /* 0: the default (0.8) */
@@ -242,8 +244,12 @@ PREFIXHIT_API prefixhit_status prefixhit_block_index_size(const prefixhit_block_
                                                           size_t* out);
 
 /* A lookup's store: exactly one of key_set / block_index is non-NULL. `ns` is the block index
- * namespace (ignored for a key set). A block index is read at the coordinator's digest_size; a
- * key set must have been created with it (else PREFIXHIT_STATUS_INVALID_ARGUMENT). */
+ * namespace (ignored for a key set); above 2^24 - 1 it is PREFIXHIT_STATUS_INVALID_ARGUMENT, as
+ * in prefixhit_block_index_contains. A block index is read at the coordinator's digest_size; a
+ * key set must have been created with it (else PREFIXHIT_STATUS_INVALID_ARGUMENT). A key set may
+ * be written by one thread while others look it up (it locks internally). Every digest count
+ * (num_keys, num_hashes, num_digests) is at most 2^40 per call; a larger one is
+ * PREFIXHIT_STATUS_INVALID_ARGUMENT. */
 typedef struct prefixhit_store {
   const prefixhit_key_set* key_set;
   const prefixhit_block_index* block_index;

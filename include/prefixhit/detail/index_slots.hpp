@@ -335,7 +335,8 @@ inline std::uint64_t max_buckets_for(std::uint64_t max_slots) {
     return std::uint64_t{1} << 58;
   }
   std::uint64_t buckets = 1;
-  while (slots_of_buckets(buckets << 1) <= max_slots) {
+  // Capped at 2^58 buckets: past it the slot count (buckets << 5) would wrap around.
+  while (buckets < (std::uint64_t{1} << 58) && slots_of_buckets(buckets << 1) <= max_slots) {
     buckets <<= 1;
   }
   return buckets;
