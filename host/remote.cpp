@@ -266,9 +266,13 @@ struct RemoteLookup::Impl {
       return false;
     }
     if (id == kUnasked) {
+      // Planning reads an unasked candidate as present: the finders then stop where they would
+      // if it were, so a round asks only the keys near the current answer (a window group's last
+      // few chunks, not all of them). The answer counts only once no such read remains.
       unknown = true;
       if (record != nullptr) {
         record->push_back(Unknown{position, static_cast<std::int32_t>(g), offsets[r] + idx});
+        return true;
       }
       return false;
     }
@@ -341,7 +345,7 @@ struct RemoteLookup::Impl {
         coord.find_longest_cache_hit(hashes, bounds[r], source, eagle);
       } else if (!hashes.empty() && bounds[r] > 0) {
         hit = coord.find_longest_cache_hit(hashes, bounds[r], source).hit_length;
-        if (!source.saw_unknown() && hit >= num_tokens[r]) {
+        if (hit >= num_tokens[r]) {
           // A hit of the whole prompt: recompute the last token (vLLM's second lookup).
           const std::int64_t usable = coord.align_lookup_length(num_tokens[r] - 1);
           hit = usable <= 0 ? 0 : coord.find_longest_cache_hit(hashes, usable, source).hit_length;
