@@ -10,6 +10,8 @@
 
 namespace prefixhit::py {
 
+void bind_store(nb::module_& m);  // store.cpp: Mooncake store keys and remote mode
+
 void bind_gpu_info(nb::module_& m) {
   m.def(
       "build_info",
@@ -73,4 +75,5 @@ NB_MODULE(_core, m) {
   py::bind_coordinator(m);
   py::bind_gpu_info(m);
   py::bind_hashing(m);
+  py::bind_store(m);
 }
