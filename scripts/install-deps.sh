@@ -4,7 +4,8 @@
 set -euo pipefail
 
 debian_packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev googletest libgtest-dev
-                 libbenchmark-dev clang)
+                 libbenchmark-dev clang
+                 libibverbs1 librdmacm1 libnuma1)  # the Mooncake store client needs these, even over TCP
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
@@ -27,4 +28,11 @@ done
 if ((${#py_missing[@]})); then
   echo "install-deps: pip install ${py_missing[*]}"
   python3 -m pip install -q "${py_missing[@]}"
+fi
+
+# The real Mooncake store (mooncake_master and the Python client) for the remote-mode tests
+# (tests/python/test_store_remote.py); its import name is not its package name.
+if ! python3 -c "import mooncake.store" 2>/dev/null; then
+  echo "install-deps: pip install mooncake-transfer-engine-non-cuda"
+  python3 -m pip install -q mooncake-transfer-engine-non-cuda
 fi
