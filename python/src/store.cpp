@@ -275,11 +275,13 @@ void bind_store(nb::module_& m) {
       .def(
           "hit_lengths",
           [](const PyRemoteLookup& s) {
-            std::vector<std::int64_t> hits = s.lookup->hit_lengths();
-            const std::size_t n = hits.size();
-            return owned_array(std::move(hits), {n});
+            nb::list out;  // a list: vLLM's callers want ints, and numpy need not be imported
+            for (std::int64_t hit : s.lookup->hit_lengths()) {
+              out.append(hit);
+            }
+            return out;
           },
-          "Worker mode: the hit length of each request (numpy int64).")
+          "Worker mode: the hit length of each request (a list of int).")
       .def(
           "presence_table",
           [](const PyRemoteLookup& s) {
