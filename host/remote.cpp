@@ -403,6 +403,10 @@ struct RemoteLookup::Impl {
     fine = coord.plan().partial;
     build_slots();
     dedup = num_requests() > 1;
+    if (dedup) {
+      // Shared prefixes make about half the candidate units repeats; grow the table once.
+      index.reserve(ids.size() / 2);
+    }
     finished.assign(num_requests(), 0);
     const detail::LookupPlan& plan = coord.plan();
     const bool multi = options.plan == RemotePlan::multi_round;
