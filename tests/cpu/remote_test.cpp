@@ -18,7 +18,6 @@ namespace prefixhit {
 namespace {
 
 using testing::random_config;
-using testing::random_digest;
 using testing::random_hashes;
 using testing::random_max_length;
 using testing::random_store;
@@ -360,7 +359,7 @@ TEST(Remote, BadInputsAreInvalidArgument) {
   EXPECT_THROW(RemoteLookup::worker(c, empty_model, hashes, offsets, std::vector<std::int64_t>{64}),
                InvalidArgument);
   StoreLayout wrong_groups = layout;
-  wrong_groups.namespaces.push_back({});
+  wrong_groups.namespaces.emplace_back();
   EXPECT_THROW(
       RemoteLookup::worker(c, wrong_groups, hashes, offsets, std::vector<std::int64_t>{64}),
       InvalidArgument);
