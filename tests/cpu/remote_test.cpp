@@ -164,7 +164,7 @@ TEST(Remote, BatchModeEqualsTheLookupOnTheCandidateSet) {
     for (std::size_t r = 0; r < w.requests.size(); ++r) {
       try {
         const KeySet cut = cut_store(c, w.requests[r], max_lengths[r], w.truth);
-        expected.push_back(
+        expected.emplace_back(
             c.find_longest_cache_hit(w.requests[r], max_lengths[r], cut, eagle[r] != 0));
       } catch (const Error&) {
         fails = true;
