@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "prefixhit/errors.hpp"
+#include "prefixhit/gpu.hpp"
 #include "test_support.hpp"
 
 namespace prefixhit {
@@ -261,6 +262,42 @@ TEST(Remote, WorkerFlowEqualsVllmsPerRequestFlow) {
     }
   }
   EXPECT_GT(compared, 100);
+}
+
+TEST(Remote, AnswersReachTheGpuEngine) {
+  if (!gpu::device_available()) {
+    GTEST_SKIP() << "no GPU engine: " << gpu::describe_device();
+  }
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    World w = make_world(rng);
+    std::vector<std::int64_t> max_lengths;
+    for (const auto& req : w.requests) {
+      max_lengths.push_back(
+          random_max_length(rng, static_cast<std::int64_t>(req.size()), w.config.hash_block_size));
+    }
+    const gpu::BatchLookupEngine engine(*w.coord);
+    for (RemotePlan plan : {RemotePlan::one_round, RemotePlan::multi_round}) {
+      RemoteLookup lookup = RemoteLookup::batch(
+          *w.coord, w.layout, LookupBatch{w.digests, w.offsets, max_lengths, {}}, {plan});
+      while (!lookup.done()) {
+        lookup.answer(w.store.batch_is_exist(lookup.pending_keys()));
+      }
+      std::optional<BatchLookupResult> cpu;
+      try {
+        cpu = lookup.result();
+      } catch (const Error& e) {
+        EXPECT_THROW(lookup.result(engine), Error) << e.what();
+        continue;
+      }
+      const BatchLookupResult on_gpu = lookup.result(engine);
+      EXPECT_EQ(on_gpu.hit_lengths, cpu->hit_lengths);
+      EXPECT_EQ(on_gpu.num_blocks, cpu->num_blocks);
+      EXPECT_EQ(on_gpu.num_placeholders, cpu->num_placeholders);
+    }
+  }
 }
 
 TEST(Remote, OneRoundAsksVllmsKeysOnceAcrossTheBatch) {
