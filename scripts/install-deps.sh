@@ -5,7 +5,8 @@ set -euo pipefail
 
 # cppzmq-dev, libzmq3-dev, libmsgpack-cxx-dev: the event mirror (optional in CMake, built when found).
 debian_packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev googletest libgtest-dev
-                 libbenchmark-dev clang cppzmq-dev libzmq3-dev libmsgpack-cxx-dev)
+                 libbenchmark-dev clang cppzmq-dev libzmq3-dev libmsgpack-cxx-dev
+                 libibverbs1 librdmacm1 libnuma1)  # the Mooncake store client needs these, even over TCP
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
@@ -30,4 +31,11 @@ done
 if ((${#py_missing[@]})); then
   echo "install-deps: pip install ${py_missing[*]}"
   python3 -m pip install -q "${py_missing[@]}"
+fi
+
+# The real Mooncake store (mooncake_master and the Python client) for the remote-mode tests
+# (tests/python/test_store_remote.py); its import name is not its package name.
+if ! python3 -c "import mooncake.store" 2>/dev/null; then
+  echo "install-deps: pip install mooncake-transfer-engine-non-cuda"
+  python3 -m pip install -q mooncake-transfer-engine-non-cuda
 fi
