@@ -5,7 +5,7 @@
 // double hashing over buckets. docs/design/device-index.md explains the layout and its costs.
 //
 // This header compiles with a plain C++17 compiler: it does not include cuda_runtime.h, and the
-// device-only members are guarded by __CUDACC__.
+// device-only members are guarded by PREFIXHIT_CUDA_SOURCE (detail/hd.hpp).
 #pragma once
 
 #include <cstddef>
@@ -23,7 +23,7 @@ using cudaStream_t = CUstream_st*;
 
 namespace prefixhit {
 
-#if defined(__CUDACC__)
+#if PREFIXHIT_CUDA_SOURCE
 namespace detail {
 /// Device loads for find_slot_with: one 32-byte tag sector as two 16-byte loads, digests as two
 /// 16-byte loads, all through the read-only data cache (the table is not written while a
@@ -63,7 +63,7 @@ struct DeviceBlockIndexRef {
   std::uint64_t bucket_mask = 0;
   detail::IndexHashKey hash_key{};
 
-#if defined(__CUDACC__)
+#if PREFIXHIT_CUDA_SOURCE
   /// Whether (ns, group_id, key) is in the index. A hit has compared the tag, the namespace, the
   /// group id and all 32 digest bytes. A namespace above kMaxNamespace or a group id outside
   /// [0, kMaxGroups) is never present. One thread answers one key; no warp synchronisation.
