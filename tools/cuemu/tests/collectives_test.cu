@@ -19,14 +19,15 @@ __global__ void votes(unsigned* out) {
   out[lane * 6 + 1] = static_cast<unsigned>(__any_sync(kFull, lane == 7));
   out[lane * 6 + 2] = static_cast<unsigned>(__all_sync(kFull, lane < 31));
   out[lane * 6 + 3] = __activemask();
-  // A partial mask: only the even lanes take part.
+  out[lane * 6 + 5] = __match_any_sync(kFull, lane % 3);
+  // A partial mask: only the even lanes take part (last: cuemu reports a lane that meets a
+  // different collective while a pending one names it, stricter than the hardware).
   if ((lane & 1U) == 0) {
     out[lane * 6 + 4] = __ballot_sync(0x55555555U, lane < 8);
     __syncwarp(0x55555555U);
   } else {
     out[lane * 6 + 4] = 0;
   }
-  out[lane * 6 + 5] = __match_any_sync(kFull, lane % 3);
 }
 
 TEST(CuemuCollectives, BallotAnyAllActiveMatch) {
