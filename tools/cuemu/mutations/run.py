@@ -52,8 +52,8 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--asan-build")
     ap.add_argument("--only")
-    ap.add_argument("--seeds", default="11,12")
-    ap.add_argument("--filter", default="-GpuVectors*:*WithoutDevice*")
+    ap.add_argument("--seeds", default="11")
+    ap.add_argument("--filter", help="gtest filter (default: each mutation's own)")
     args = ap.parse_args()
     muts = json.load(open(os.path.join(HERE, "mutations.json")))
     rows = []
@@ -81,7 +81,7 @@ def main():
                     (f"random:{s}", {"CUEMU_SCHEDULE": f"random:{s}", "CUEMU_PREEMPT": "0.3",
                                      "CUEMU_RESIDENT_BLOCKS": "4"}) for s in args.seeds.split(",")]
                 for label, env in schedules:
-                    rc, out = run([exe, "--gtest_brief=1", f"--gtest_filter={args.filter}"],
+                    rc, out = run([exe, "--gtest_brief=1", f"--gtest_filter={args.filter or m['filter']}"],
                                   env=dict(base, **env))
                     tag = "asan " if extra else ""
                     results.append(f"{tag}{label}: {verdict(rc, out)}")
