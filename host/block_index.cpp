@@ -695,9 +695,11 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
 void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
                                   std::uint64_t* out) const {
   std::fill(out, out + n, std::uint64_t{0});
-  if (n == 0 || !detail::valid_namespace(ns_) || !index_->impl_) {
+  if (n == 0 || !detail::valid_namespace(ns_) || !BlockDigest::valid_size(digest_size_) ||
+      !index_->impl_) {
     return;  // such a key can never have been inserted
   }
+  const std::uint32_t width_code = detail::digest_width_code(digest_size_);
   // One key stream over all windows: the i-th key's digest, window and bit. A window with a bad
   // group id (or no hashes) contributes no keys and answers 0, as probe() does.
   struct KeyRef {
@@ -713,7 +715,7 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     if (win.hashes == nullptr || !detail::valid_group(win.group_id)) {
       continue;
     }
-    const std::uint32_t meta = detail::pack_meta(ns_, win.group_id);
+    const std::uint32_t meta = detail::pack_meta(ns_, win.group_id, width_code);
     const int count = win.count > 64 ? 64 : win.count;
     for (int k = 0; k < count; ++k) {
       refs.push_back(KeyRef{win.hashes + win.first + static_cast<std::int64_t>(k) * win.step, meta,

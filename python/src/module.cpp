@@ -11,7 +11,7 @@
 namespace prefixhit::py {
 
 void bind_mirror(nb::module_& m);  // mirror.cpp
-void bind_store(nb::module_& m);  // store.cpp: Mooncake store keys and remote mode
+void bind_store(nb::module_& m);   // store.cpp: Mooncake store keys and remote mode
 
 void bind_gpu_info(nb::module_& m) {
   m.def(

@@ -400,7 +400,9 @@ TEST(Remote, BadInputsAreInvalidArgument) {
   EXPECT_THROW(
       RemoteLookup::worker(c, wrong_groups, hashes, offsets, std::vector<std::int64_t>{64}),
       InvalidArgument);
-  const std::vector<std::int64_t> too_long{4 * 16 + 16};
+  // Past the hashes, full attention stops at the last hash (the reference's rule); an absurd
+  // length is still an error.
+  const std::vector<std::int64_t> too_long{std::int64_t{1} << 41};
   EXPECT_THROW(RemoteLookup::batch(c, layout, LookupBatch{hashes, offsets, too_long, {}}),
                InvalidArgument);
   // No hashes, or nothing to align: no keys, done at once, hit 0.
