@@ -85,6 +85,12 @@ struct ResidencyIndex::Impl {
     const std::size_t i = find(w, meta, key_hash(w, meta));
     return i == SIZE_MAX ? kEmptySet : slots[i].set;
   }
+  /// Starts loading the key's first slot (a window prefetches all its keys before reading any).
+  void prefetch(const BlockDigest& key, std::uint32_t meta) const {
+    std::uint64_t w[4];
+    load_words(key, w);
+    __builtin_prefetch(&slots[key_hash(w, meta) & mask]);
+  }
   const std::uint64_t* bits(std::uint32_t set) const {
     return set_bits.data() + static_cast<std::size_t>(set) * words;
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "host/parallel.hpp"
+#include "host/probes.hpp"
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/finders.hpp"
 #include "prefixhit/errors.hpp"
@@ -81,6 +82,11 @@ struct ClassProbe {
     return true;
   }
 
+  bool memoised(int sg, std::int64_t idx) const {
+    return scratch->stamp[static_cast<std::size_t>(sg) * static_cast<std::size_t>(n) +
+                          static_cast<std::size_t>(idx)] == scratch->epoch;
+  }
+
   /// Pool offset of the worker set of (sg, idx), reading the index on the first ask.
   std::size_t memo(int sg, std::int64_t idx) const {
     Scratch& s = *scratch;
@@ -121,9 +127,25 @@ struct ClassProbe {
     return at;
   }
 
+  /// Once the class has split, the run is void: answer what ends each scan soonest (a forward
+  /// walk stops at an absent key, a backward scan at a present run).
+  static std::uint64_t void_answer(std::int64_t step, int count) {
+    return step < 0 ? detail::low_bits(count) : 0;
+  }
+
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
     if (split) {
-      return 0;  // the run is void; let the finder finish quickly
+      return void_answer(step, count);
+    }
+    // Index reads are cache misses: issue all of the window's at once.
+    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+    for (int k = 0; k < count; ++k) {
+      const std::int64_t idx = first + k * step;
+      if (!memoised(sg, idx)) {
+        for (int m = 0; m < spec.num_members; ++m) {
+          index->prefetch(hashes[idx], metas[plan->members[spec.first_member + m]]);
+        }
+      }
     }
     std::uint64_t bits = 0;
     for (int k = 0; k < count; ++k) {
@@ -141,7 +163,7 @@ struct ClassProbe {
       } else if (!none) {
         split = true;
         split_at = at;
-        return 0;
+        return void_answer(step, count);
       }
     }
     return bits;
@@ -199,7 +221,7 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
   detail::parallel_for(
       r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
       [&](std::size_t begin, std::size_t end) {
-        Scratch scratch;
+        thread_local Scratch scratch;  // reused across calls: no per-call zeroing of the memo
         std::vector<std::uint64_t> cls(words);
         GroupHit hits[kMaxGroups];
         std::size_t local_classes = 0;
