@@ -33,9 +33,10 @@ struct RouteBenchOptions {
   std::int64_t min_tokens = 8192;
   std::int64_t max_tokens = 131072;
   int documents = 32;
-  double hold = 0.25;   ///< chance a worker holds a document
-  double evict = 0.01;  ///< chance a held window-group key was evicted
-  int naive_every = 8;  ///< run the naive W-lookup loop on every n-th request
+  double hold = 0.25;    ///< chance a worker holds a document
+  double evict = 0.01;   ///< chance a held window-group key was evicted
+  int depth_levels = 0;  ///< 0: a worker holds a document to any block; else to k/levels of it
+  int naive_every = 8;   ///< run the naive W-lookup loop on every n-th request
   int top_k = 4;
   std::uint64_t seed = 1;
   bool json = false;
@@ -145,7 +146,7 @@ int run_route_bench(const RouteBenchOptions& o) {
   if (o.workers < 1 || o.workers > kMaxWorkers) {
     throw InvalidArgument("--workers must be in [1, " + std::to_string(kMaxWorkers) + "]");
   }
-  if (o.requests < 1 || o.documents < 1 || o.naive_every < 1 || o.top_k < 1) {
+  if (o.requests < 1 || o.documents < 1 || o.naive_every < 1 || o.top_k < 1 || o.depth_levels < 0) {
     throw InvalidArgument("--requests, --documents, --naive-every and --top-k must be positive");
   }
   if (o.min_tokens < 1 || o.max_tokens < o.min_tokens) {
@@ -169,7 +170,7 @@ int run_route_bench(const RouteBenchOptions& o) {
 
   // Residency: each worker holds some documents to a random depth, minus a few evictions in
   // the window groups (holes that split workers at window boundaries).
-  ResidencyIndex residency(ResidencyOptions{o.workers, 1, 1 << 20, 0});
+  ResidencyIndex residency(ResidencyOptions{o.workers, 1, 1 << 16, 0});
   std::uniform_real_distribution<double> unit(0, 1);
   std::size_t inserted = 0;
   double insert_s = 0;
@@ -179,8 +180,13 @@ int run_route_bench(const RouteBenchOptions& o) {
         continue;
       }
       const auto depth_blocks = static_cast<std::int64_t>(doc.size()) * h / step;
-      const std::int64_t depth =
+      std::int64_t depth =
           (1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(depth_blocks))) * step;
+      if (o.depth_levels > 0) {
+        const auto level =
+            static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(o.depth_levels)) + 1;
+        depth = std::max<std::int64_t>(1, depth_blocks * level / o.depth_levels) * step;
+      }
       const span<const BlockDigest> prefix(doc.data(), static_cast<std::size_t>(depth / h));
       for (std::size_t g = 0; g < config.groups.size(); ++g) {
         std::vector<BlockDigest> keys = c.chunk_keys(prefix, config.groups[g].block_size);
@@ -294,6 +300,8 @@ int run_route_bench(const RouteBenchOptions& o) {
         {"bytes_per_pair_beyond_key", mem.bytes_per_pair_beyond_key()},
         {"insert_pairs_per_s", insert_s > 0 ? static_cast<double>(inserted) / insert_s : 0}}},
       {"classes_per_request", static_cast<double>(scores.classes) / n_req},
+      {"index_reads_per_request", static_cast<double>(scores.index_reads) / n_req},
+      {"probes_per_request", static_cast<double>(scores.probes) / n_req},
       {"batch_requests_per_s_1t", n_req / batch1_s},
       {"batch_requests_per_s_2t", n_req / batch2_s},
       {"naive_vs_scored",
@@ -324,6 +332,9 @@ int run_route_bench(const RouteBenchOptions& o) {
         "beyond the key, %.1f M pair inserts/s\n",
         mem.keys, mem.pairs, mem.worker_sets, mem.bytes_per_pair_beyond_key(),
         insert_s > 0 ? static_cast<double>(inserted) / insert_s / 1e6 : 0.0);
+    std::printf("  scoring: %.0f index reads, %.0f probes/request\n",
+                static_cast<double>(scores.index_reads) / n_req,
+                static_cast<double>(scores.probes) / n_req);
     std::printf("  scoring: %.1f classes/request; batch %.0f requests/s (1 thread), %.0f (2)\n",
                 static_cast<double>(scores.classes) / n_req, n_req / batch1_s, n_req / batch2_s);
     std::printf(
@@ -367,6 +378,10 @@ void add_route_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--hold", o->hold, "chance a worker holds a document")->capture_default_str();
   cmd->add_option("--evict", o->evict, "chance a window-group block was evicted")
+      ->capture_default_str();
+  cmd->add_option(
+         "--depth-levels", o->depth_levels,
+         "0: a worker holds a document to a random block; k: to 1/k, 2/k, ... or all of it")
       ->capture_default_str();
   cmd->add_option("--naive-every", o->naive_every,
                   "time the naive W-lookup loop on every n-th request")

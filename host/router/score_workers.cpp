@@ -72,6 +72,8 @@ struct ClassProbe {
   mutable bool split = false;
   mutable std::size_t split_at = 0;  ///< pool offset of the disagreeing key's worker set
   mutable std::int64_t bad_digest = -1;
+  mutable std::size_t reads = 0;   ///< keys read from the index (memo misses)
+  mutable std::size_t probes = 0;  ///< keys answered to the finders
 
   bool fits(const BlockDigest& d) const {
     for (auto b = static_cast<std::size_t>(plan->digest_size); b < BlockDigest::kSize; ++b) {
@@ -122,6 +124,7 @@ struct ClassProbe {
         }
       }
     }
+    ++reads;
     s.stamp[e] = s.epoch;
     s.slot[e] = static_cast<std::uint32_t>(at / words);
     return at;
@@ -148,6 +151,7 @@ struct ClassProbe {
       }
     }
     std::uint64_t bits = 0;
+    probes += static_cast<std::size_t>(count);
     for (int k = 0; k < count; ++k) {
       const std::size_t at = memo(sg, first + k * step);
       const std::uint64_t* m = scratch->pool.data() + at;
@@ -217,6 +221,8 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
   std::vector<ErrorKind> errors(r, ErrorKind::ok);
   std::vector<std::int64_t> bad(r, -1);
   std::atomic<std::size_t> classes{0};
+  std::atomic<std::size_t> reads{0};
+  std::atomic<std::size_t> probes{0};
   const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 14);
   detail::parallel_for(
       r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
@@ -225,6 +231,8 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
         std::vector<std::uint64_t> cls(words);
         GroupHit hits[kMaxGroups];
         std::size_t local_classes = 0;
+        std::size_t local_reads = 0;
+        std::size_t local_probes = 0;
         for (std::size_t i = begin; i < end; ++i) {
           try {
             const std::int64_t off = batch.offsets[i];
@@ -280,13 +288,19 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
                 }
               }
             }
+            local_reads += probe.reads;
+            local_probes += probe.probes;
           } catch (const std::bad_alloc&) {
             errors[i] = ErrorKind::capacity_exceeded;
           }
         }
         classes += local_classes;
+        reads += local_reads;
+        probes += local_probes;
       });
   out.classes = classes.load();
+  out.index_reads = reads.load();
+  out.probes = probes.load();
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {

@@ -146,6 +146,10 @@ struct RouterScores {
   std::vector<std::int64_t> num_placeholders;  ///< [num_requests * num_workers * num_groups]
   /// Distinct worker classes the scorer ended with, summed over requests (a cost measure).
   std::size_t classes = 0;
+  /// Keys read from the residency index (each probed key once per request), summed.
+  std::size_t index_reads = 0;
+  /// Existence bits answered to the finders over all classes, summed (the bit work).
+  std::size_t probes = 0;
 
   /// Request r's result on worker w: equal to the single-store lookup on w's keys.
   LookupResult result(std::size_t r, int w) const;
