@@ -57,8 +57,12 @@ struct Scratch {
 };
 
 struct ClassProbe {
-  static constexpr int kFirstWindow = 8;
-  static constexpr int kMaxWindow = 64;
+  // One key per window: a class splits only on keys its finder really reads (a wider window
+  // would read, and split on, keys past where the scan stops). Index reads are cache misses, so
+  // each read prefetches the keys the scan reaches next instead.
+  static constexpr int kFirstWindow = 1;
+  static constexpr int kMaxWindow = 1;
+  static constexpr int kPrefetch = 8;
 
   const detail::LookupPlan* plan;
   const Impl* index;
@@ -140,11 +144,13 @@ struct ClassProbe {
     if (split) {
       return void_answer(step, count);
     }
-    // Index reads are cache misses: issue all of the window's at once.
-    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
-    for (int k = 0; k < count; ++k) {
-      const std::int64_t idx = first + k * step;
-      if (!memoised(sg, idx)) {
+    if (!memoised(sg, first)) {
+      const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+      for (int k = 1; k <= kPrefetch; ++k) {
+        const std::int64_t idx = first + k * step;
+        if (idx < 0 || idx >= n || memoised(sg, idx)) {
+          continue;
+        }
         for (int m = 0; m < spec.num_members; ++m) {
           index->prefetch(hashes[idx], metas[plan->members[spec.first_member + m]]);
         }
