@@ -1,13 +1,18 @@
 // libFuzzer target: the index file loader on arbitrary bytes.
 //
 // The first byte picks a mode: raw bytes, or the rest with both CRCs recomputed (so that the
-// fuzzer reaches the record checks behind the checksums instead of stopping at them). Checked:
+// fuzzer reaches the record checks behind the checksums instead of stopping at them); bit 2
+// writes the image to a file extended with a hole to its declared size (sparse files). Checked:
 // * read_index_stats_from_memory and load_index_from_memory accept and reject the same inputs,
 //   and only with FormatError or CapacityExceeded;
 // * a rejected load leaves the target index exactly as it was;
 // * an accepted image loads key_count keys, and serialising the loaded index reproduces the
 //   image byte for byte (the format is canonical);
 // * stats agree with the loaded index.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -50,6 +55,56 @@ std::vector<std::uint8_t> fingerprint(const BlockIndex& index) {
   return serialize_index(index);
 }
 
+/// Mode bit 2: the image becomes a file (an in-memory memfd), extended with a hole to the size
+/// its header declares (up to 2^34 keys). A file with a hole must be refused at once with
+/// FormatError ("sparse"); the fuzzer's -timeout catches a loader that reads the hole.
+void check_sparse_file(const std::vector<std::uint8_t>& image) {
+  const int fd = ::memfd_create("fuzz-index", MFD_CLOEXEC);
+  if (fd < 0) {
+    return;
+  }
+  std::uint64_t declared = 0;
+  if (image.size() >= 32) {
+    for (int i = 7; i >= 0; --i) {
+      declared = (declared << 8) | image[24 + static_cast<std::size_t>(i)];
+    }
+  }
+  const bool written = image.empty() || ::write(fd, image.data(), image.size()) ==
+                                            static_cast<ssize_t>(image.size());
+  std::uint64_t size = image.size();
+  if (declared <= (std::uint64_t{1} << 34)) {
+    size = std::max<std::uint64_t>(size, 44 + 40 * declared);
+  }
+  if (!written || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    ::close(fd);
+    return;
+  }
+  const bool has_hole = size > image.size() + 4096;  // holes are whole pages
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      if (attempt == 0) {
+        read_index_stats(path);
+      } else {
+        BlockIndex index;
+        load_index(path, index);
+      }
+      if (has_hole) {
+        fail("a file with a hole was accepted");
+      }
+    } catch (const FormatError& e) {
+      if (has_hole && std::strstr(e.what(), "sparse") == nullptr) {
+        fail(std::string("a file with a hole was not reported as sparse: ") + e.what());
+      }
+    } catch (const CapacityExceeded&) {
+      if (has_hole) {
+        fail("a file with a hole was reported as capacity_exceeded");
+      }
+    }
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -59,6 +114,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::uint8_t> image(data + 1, data + size);
   if ((data[0] & 1) != 0) {
     fix_checksums(image);
+  }
+  if ((data[0] & 4) != 0) {
+    check_sparse_file(image);
+    return 0;
   }
   // Small enough that a few hundred records can overflow it: exercises CapacityExceeded.
   BlockIndexOptions options;

@@ -45,10 +45,9 @@ void Coordinator::validate_batch(const LookupBatch& batch) const {
   }
   for (std::size_t i = 0; i < r; ++i) {
     const std::int64_t n = batch.offsets[i + 1] - batch.offsets[i];
-    if (!detail::max_length_in_range(plan_, n, batch.max_lengths[i])) {
-      throw InvalidArgument(
-          "request " + std::to_string(i) + ": " +
-          detail::max_length_message("max_length", batch.max_lengths[i], n, plan_.hash_block_size));
+    if (!detail::max_length_in_range(n, batch.max_lengths[i])) {
+      throw InvalidArgument("request " + std::to_string(i) + ": " +
+                            detail::max_length_message("max_length", batch.max_lengths[i]));
     }
   }
 }
@@ -72,28 +71,40 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   // A request of tens of thousands of hashes costs microseconds; small batches stay on the
   // calling thread, where starting workers would cost more than the lookups.
   const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 16);
-  detail::parallel_for(
-      r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
-      [&](std::size_t begin, std::size_t end) {
-        GroupHit spec_hits[kMaxGroups];
-        for (std::size_t i = begin; i < end; ++i) {
-          const std::int64_t off = batch.offsets[i];
-          const std::int64_t n = batch.offsets[i + 1] - off;
-          std::int64_t bad_digest = -1;
-          const detail::SourceProbe probe{&plan_, &store, batch.digests.data() + off, &bad_digest};
-          const bool apply_eagle = batch.apply_eagle.empty() || batch.apply_eagle[i] != 0;
-          errors[i] = detail::find_longest_cache_hit(plan_, n, batch.max_lengths[i], apply_eagle,
-                                                     probe, spec_hits, out.hit_lengths[i]);
-          if (bad_digest >= 0) {
-            errors[i] = ErrorKind::invalid_argument;  // the re-run below names the hash
-          }
-          for (std::size_t gid = 0; gid < g; ++gid) {
-            const GroupHit& hit = spec_hits[plan_.spec_group_of[gid]];
-            out.num_blocks[i * g + gid] = hit.num_blocks;
-            out.num_placeholders[i * g + gid] = hit.num_placeholders;
-          }
+  // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
+  constexpr std::size_t kChunk = 64;
+  const auto run_range = [&](std::size_t begin, std::size_t end) {
+    GroupHit spec_hits[kChunk][kMaxGroups];
+    detail::PlannedLookup lookups[kChunk];
+    std::int64_t bad_digests[kChunk];
+    for (std::size_t start = begin; start < end; start += kChunk) {
+      const std::size_t count = std::min(kChunk, end - start);
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t i = start + c;
+        const std::int64_t off = batch.offsets[i];
+        lookups[c] = detail::PlannedLookup{batch.digests.data() + off,
+                                           batch.offsets[i + 1] - off,
+                                           batch.max_lengths[i],
+                                           batch.apply_eagle.empty() || batch.apply_eagle[i] != 0,
+                                           spec_hits[c],
+                                           &out.hit_lengths[i],
+                                           &errors[i],
+                                           &bad_digests[c]};
+        bad_digests[c] = -1;
+      }
+      detail::run_planned_lookups(plan_, store, lookups, count);
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t i = start + c;
+        for (std::size_t gid = 0; gid < g; ++gid) {
+          const GroupHit& hit = spec_hits[c][plan_.spec_group_of[gid]];
+          out.num_blocks[i * g + gid] = hit.num_blocks;
+          out.num_placeholders[i * g + gid] = hit.num_placeholders;
         }
-      });
+      }
+    }
+  };
+  detail::parallel_for(r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
+                       run_range);  // a throwing probe (PlanAnswers of another request) is rethrown here
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {
@@ -132,9 +143,8 @@ LookupResult BatchLookupResult::request(std::size_t r) const {
 KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_length) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::key_plan");
   const auto n = static_cast<std::int64_t>(hashes.size());
-  if (!detail::max_length_in_range(plan_, n, max_length)) {
-    throw InvalidArgument(
-        detail::max_length_message("key_plan: max_length", max_length, n, plan_.hash_block_size));
+  if (!detail::max_length_in_range(n, max_length)) {
+    throw InvalidArgument(detail::max_length_message("key_plan: max_length", max_length));
   }
   KeyPlan plan;
   plan.num_hashes = n;
@@ -150,10 +160,17 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
     const detail::SpecGroupPlan& sg = plan_.spec_groups[k];
     const std::int64_t b = sg.block_size;
     const std::int64_t s = b / h;
-    const std::int64_t blocks = std::min(floor_div(max_length, b), n / s);
     // Fine-grained probes (partial hits) read every raw hash below the bound.
     const bool fine =
         a < b && (sg.finder == FinderKind::full_attention || sg.finder == FinderKind::mamba);
+    // vllm-0.33 lets an EAGLE group's bound pass max_length by one margin, up to n*H (11.6).
+    std::int64_t reach = max_length;
+    if (plan_.eagle_bound_by_hashes && sg.use_eagle && sg.finder != FinderKind::mamba) {
+      const bool fine_margin = plan_.partial && sg.finder == FinderKind::full_attention && b > h;
+      reach = std::max(
+          reach, std::min(max_length + (fine_margin ? h : b), detail::hashed_tokens(plan_, n)));
+    }
+    const std::int64_t blocks = std::min(floor_div(reach, b), n / s);
     // Every block below the bound: in the fixed point a finder may be re-run with any shorter
     // bound, so even chunked local attention can read blocks before max_length's chunk.
     // A window group reads only its lookup mask's chunks (R = null: segments of S). Every member
@@ -165,7 +182,7 @@ KeyPlan Coordinator::key_plan(span<const BlockDigest> hashes, std::int64_t max_l
     for (int m = 0; m < sg.num_members; ++m) {
       const int gid = plan_.members[sg.first_member + m];
       if (fine) {
-        const std::int64_t top = std::min(floor_div(max_length, a), n);
+        const std::int64_t top = std::min(floor_div(reach, a), n);
         for (std::int64_t f = 0; f < top; ++f) {
           add(gid, f);
         }
@@ -194,7 +211,18 @@ PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, 
     throw InvalidArgument("plan answers: num_groups must be in [1, " + std::to_string(kMaxGroups) +
                           "]");
   }
-  table_.assign(static_cast<std::size_t>(num_groups) * static_cast<std::size_t>(num_hashes_), 0);
+  if (plan.group_ids.size() != plan.size() || plan.hash_indices.size() != plan.size()) {
+    throw InvalidArgument(
+        "plan answers: the key plan's group_ids, hash_indices and keys differ "
+        "in length");
+  }
+  if (num_hashes_ < 0) {
+    throw InvalidArgument("plan answers: the key plan has a negative num_hashes");
+  }
+  const auto hashes = static_cast<std::size_t>(num_hashes_);
+  table_.assign(static_cast<std::size_t>(num_groups) * hashes, 0);
+  keys_.assign(hashes, BlockDigest{});
+  planned_.assign(hashes, 0);
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const std::int32_t gid = plan.group_ids[i];
     const std::int64_t idx = plan.hash_indices[i];
@@ -202,11 +230,18 @@ PlanAnswers::PlanAnswers(const KeyPlan& plan, span<const std::uint8_t> present, 
       throw InvalidArgument("plan answers: entry " + std::to_string(i) +
                             " names group or hash index outside the plan");
     }
-    table_[static_cast<std::size_t>(gid * num_hashes_ + idx)] = present[i] != 0 ? 1 : 0;
+    const auto at = static_cast<std::size_t>(idx);
+    if (planned_[at] != 0 && !(keys_[at] == plan.keys[i])) {
+      throw InvalidArgument("plan answers: entries for hash index " + std::to_string(idx) +
+                            " carry different keys");
+    }
+    keys_[at] = plan.keys[i];
+    planned_[at] = 1;
+    table_[static_cast<std::size_t>(gid) * hashes + at] = present[i] != 0 ? 1 : 0;
   }
 }
 
-std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* /*hashes*/, std::int64_t first,
+std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                                  std::int64_t step, int count) const {
   if (group_id < 0 || group_id >= num_groups_) {
     return 0;
@@ -215,7 +250,17 @@ std::uint64_t PlanAnswers::probe(int group_id, const BlockDigest* /*hashes*/, st
   const std::uint8_t* row = table_.data() + static_cast<std::ptrdiff_t>(group_id) * num_hashes_;
   for (int k = 0; k < count; ++k) {
     const std::int64_t idx = first + k * step;
-    if (idx >= 0 && idx < num_hashes_ && row[idx] != 0) {
+    if (idx < 0 || idx >= num_hashes_) {
+      continue;
+    }
+    const auto at = static_cast<std::size_t>(idx);
+    // Answers are bound to their plan's keys: the same length is not the same request.
+    if (planned_[at] != 0 && !(hashes[idx] == keys_[at])) {
+      throw InvalidArgument("plan answers: hash " + std::to_string(idx) +
+                            " of this request differs from the key plan's; these answers belong "
+                            "to another request");
+    }
+    if (row[at] != 0) {
       bits |= std::uint64_t{1} << k;
     }
   }

@@ -17,6 +17,10 @@
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace prefixhit {
 
 static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must agree");
@@ -36,14 +40,25 @@ template <class T>
 using AlignedArray = std::unique_ptr<T, FreeDeleter>;
 
 /// 64-byte aligned storage for `count` elements; throws CapacityExceeded when it cannot be had.
+/// Arrays of 2 MiB or more are 2 MiB aligned and asked to use huge pages: a probe of a large
+/// table then costs a cache miss without a page walk on top (issue 14).
 template <class T>
 AlignedArray<T> allocate_aligned(std::uint64_t count, const char* what) {
-  const std::uint64_t bytes = ((count * sizeof(T)) + 63U) & ~std::uint64_t{63};
-  void* p = bytes == 0 ? nullptr : std::aligned_alloc(64, static_cast<std::size_t>(bytes));
+  constexpr std::uint64_t kHugePage = std::uint64_t{1} << 21;
+  const std::uint64_t align = count * sizeof(T) >= kHugePage ? kHugePage : 64;
+  const std::uint64_t bytes = ((count * sizeof(T)) + align - 1) & ~(align - 1);
+  void* p = bytes == 0 ? nullptr
+                       : std::aligned_alloc(static_cast<std::size_t>(align),
+                                            static_cast<std::size_t>(bytes));
   if (p == nullptr) {
     throw CapacityExceeded("BlockIndex: cannot allocate " + std::to_string(bytes) + " bytes for " +
                            what);
   }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (align == kHugePage) {
+    madvise(p, static_cast<std::size_t>(bytes), MADV_HUGEPAGE);  // a hint: failure is harmless
+  }
+#endif
   return AlignedArray<T>(static_cast<T*>(p));
 }
 
@@ -219,16 +234,76 @@ struct BlockIndex::Impl {
     return bits;
   }
 
-  template <class KeyAt>
-  void lookup_many(std::size_t n, const KeyAt& key_at, std::uint8_t* out) const {
-    for (std::size_t start = 0; start < n; start += 64) {
-      const int count = static_cast<int>(std::min<std::size_t>(64, n - start));
-      const std::uint64_t bits =
-          lookup_window(count, [&](int k) { return key_at(start + static_cast<std::size_t>(k)); });
-      for (int k = 0; k < count; ++k) {
-        out[start + static_cast<std::size_t>(k)] = static_cast<std::uint8_t>((bits >> k) & 1U);
+  /// Answers the keys key_at(0 .. n-1) through emit(i, found), in order, as a software
+  /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
+  /// hashed and its home bucket's tags prefetched, key i-kTagAhead's tags are matched and its
+  /// first candidate slot prefetched, and key i-kLead is compared. Stages a fixed distance apart
+  /// keep a steady number of misses in flight (about kTagAhead + 2*kSlotAhead lines).
+  template <class KeyAt, class Prefetch, class Emit>
+  void lookup_stream(std::size_t n, const KeyAt& key_at, const Prefetch& prefetch_source,
+                     const Emit& emit) const {
+    constexpr std::size_t kTagAhead = 10;   // tag line requested this many keys before its match
+    constexpr std::size_t kSlotAhead = 10;  // slot lines requested this many keys before compare
+    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
+    constexpr std::size_t kRing = 32;  // > kLead, a power of two
+    static_assert(kLead < kRing, "ring too small");
+    struct Pending {
+      SlotKey key;
+      SlotPlace place;
+      std::uint32_t candidates;
+    };
+    Pending ring[kRing];
+    const std::uint8_t* tags = table.tags.get();
+    const std::uint32_t* metas = table.metas.get();
+    const BlockDigest* digests = table.digests.get();
+    for (std::size_t i = 0; i < n + kLead; ++i) {
+      // Stage 0: the caller's digest of a key further ahead (often out of cache too).
+      if (i + kLead < n) {
+        prefetch_source(i + kLead);
+      }
+      // Stage 1: hash key i, prefetch its home bucket's tags.
+      if (i < n) {
+        Pending& p = ring[i % kRing];
+        p.key = key_at(i);
+        p.place = place(p.key);
+        prefetch(tags + (p.place.bucket << kBucketShift));
+      }
+      // Stage 2: match key i-kTagAhead's tags, prefetch its first candidate slot.
+      if (i >= kTagAhead && i - kTagAhead < n) {
+        Pending& p = ring[(i - kTagAhead) % kRing];
+        const std::uint64_t base = p.place.bucket << kBucketShift;
+        p.candidates = match_tags(tags + base, p.place.tag);
+        if (p.candidates != 0) {
+          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(p.candidates));
+          prefetch(digests + slot);
+          prefetch(metas + slot);
+        }
+      }
+      // Stage 3: compare key i-kLead against its candidates.
+      if (i >= kLead) {
+        const std::size_t k = i - kLead;
+        const Pending& p = ring[k % kRing];
+        const std::uint64_t base = p.place.bucket << kBucketShift;
+        bool found = false;
+        for (std::uint32_t c = p.candidates; c != 0 && !found; c &= c - 1) {
+          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
+          found = detail::slot_key_equal(p.key, digests[slot], metas[slot]);
+        }
+        if (!found && match_tags(tags + base, detail::kEmptyTag) == 0) {
+          // The home bucket is full: the key may sit further along its probe sequence.
+          found = detail::find_slot(tags, metas, digests, table.bucket_mask, p.key, p.place) >= 0;
+        }
+        emit(k, found);
       }
     }
+  }
+
+  template <class KeyAt>
+  void lookup_many(std::size_t n, const KeyAt& key_at, const BlockDigest* sources,
+                   std::uint8_t* out) const {
+    lookup_stream(
+        n, key_at, [&](std::size_t i) { prefetch(sources + i); },
+        [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
   }
 
   /// Places a key known to be absent into the first free slot of its sequence (rehash).
@@ -408,8 +483,10 @@ struct BlockIndex::Impl {
 BlockIndex::BlockIndex() : BlockIndex(BlockIndexOptions{}) {}
 
 BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_unique<Impl>()) {
-  if (!(options.max_load_factor > 0.0 && options.max_load_factor <= 0.95)) {
-    throw InvalidArgument("BlockIndexOptions.max_load_factor must be in (0, 0.95], got " +
+  // A factor so small that no table holds one key would make every insert grow forever.
+  if (!(options.max_load_factor >= kMinMaxLoadFactor && options.max_load_factor <= 0.95)) {
+    throw InvalidArgument("BlockIndexOptions.max_load_factor must be in [" +
+                          std::to_string(kMinMaxLoadFactor) + ", 0.95], got " +
                           std::to_string(options.max_load_factor));
   }
   if (options.max_capacity != 0 && options.max_capacity < static_cast<std::size_t>(kBucketSlots)) {
@@ -417,9 +494,15 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
                           std::to_string(kBucketSlots) + " slots, got " +
                           std::to_string(options.max_capacity));
   }
+  // Slot counts near 2^64 overflow the bucket arithmetic; no machine holds 2^40 slots anyway.
+  if (static_cast<std::uint64_t>(options.max_capacity) > kMaxIndexSlots) {
+    throw InvalidArgument("BlockIndexOptions.max_capacity must be at most 2^40 slots (" +
+                          std::to_string(kMaxIndexSlots) + "; 0 is unbounded), got " +
+                          std::to_string(options.max_capacity));
+  }
   // A request for more slots than any machine holds is a mistake, not a reason to wrap around
   // to a tiny table.
-  constexpr std::uint64_t kMaxInitialSlots = std::uint64_t{1} << 40;
+  constexpr std::uint64_t kMaxInitialSlots = kMaxIndexSlots;
   if (static_cast<std::uint64_t>(options.initial_capacity) > kMaxInitialSlots) {
     throw CapacityExceeded("BlockIndex cannot allocate " +
                            std::to_string(options.initial_capacity) +
@@ -503,7 +586,8 @@ void BlockIndex::contains(Namespace ns, int group_id, span<const BlockDigest> ke
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   impl.lookup_many(
-      keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); }, out);
+      keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); }, keys.data(),
+      out);
 }
 
 void BlockIndex::contains(Namespace ns, span<const std::int32_t> group_ids,
@@ -526,7 +610,7 @@ void BlockIndex::contains(Namespace ns, span<const std::int32_t> group_ids,
       [&](std::size_t i) {
         return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i], code));
       },
-      out);
+      keys.data(), out);
 }
 
 bool BlockIndex::contains(Namespace ns, int group_id, const BlockDigest& key,
@@ -606,6 +690,45 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   return impl.lookup_window(
       n, [&](int k) { return detail::make_slot_key(hashes[first + k * step], meta); });
+}
+
+void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
+                                  std::uint64_t* out) const {
+  std::fill(out, out + n, std::uint64_t{0});
+  if (n == 0 || !detail::valid_namespace(ns_) || !index_->impl_) {
+    return;  // such a key can never have been inserted
+  }
+  // One key stream over all windows: the i-th key's digest, window and bit. A window with a bad
+  // group id (or no hashes) contributes no keys and answers 0, as probe() does.
+  struct KeyRef {
+    const BlockDigest* digest;
+    std::uint32_t meta;
+    std::uint32_t window;
+    std::uint32_t bit;
+  };
+  thread_local std::vector<KeyRef> refs;
+  refs.clear();
+  for (std::size_t w = 0; w < n; ++w) {
+    const ProbeWindow& win = windows[w];
+    if (win.hashes == nullptr || !detail::valid_group(win.group_id)) {
+      continue;
+    }
+    const std::uint32_t meta = detail::pack_meta(ns_, win.group_id);
+    const int count = win.count > 64 ? 64 : win.count;
+    for (int k = 0; k < count; ++k) {
+      refs.push_back(KeyRef{win.hashes + win.first + static_cast<std::int64_t>(k) * win.step, meta,
+                            static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(k)});
+    }
+  }
+  const Impl& impl = *index_->impl_;
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  impl.lookup_stream(
+      refs.size(),
+      [&](std::size_t i) { return detail::make_slot_key(*refs[i].digest, refs[i].meta); },
+      [&](std::size_t i) { prefetch(refs[i].digest); },
+      [&](std::size_t i, bool found) {
+        out[refs[i].window] |= static_cast<std::uint64_t>(found) << refs[i].bit;
+      });
 }
 
 }  // namespace prefixhit

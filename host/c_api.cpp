@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -104,6 +105,9 @@ void require(const T* pointer, const char* what) {
   }
 }
 
+/// The most digests one call may pass: 2^40 (32 TiB of digests).
+constexpr std::size_t kMaxDigestsPerCall = std::size_t{1} << 40;
+
 /// Digest view of `n` digests of `width` bytes each (n * width bytes), safe for any alignment of
 /// the caller's buffer.
 class DigestInput {
@@ -111,6 +115,12 @@ class DigestInput {
   DigestInput(const std::uint8_t* keys, std::size_t n, const char* what,
               std::size_t width = prefixhit::BlockDigest::kSize) {
     prefixhit::check_digest_size(width, what);
+    // A count no buffer can hold (n * 32 near or past 2^64) is a caller's mistake, not a size
+    // to read or allocate.
+    if (n > kMaxDigestsPerCall) {
+      throw prefixhit::InvalidArgument(std::string("num_") + what + " " + std::to_string(n) +
+                                       " is more digests than one call accepts (at most 2^40)");
+    }
     if (n != 0) {
       require(keys, what);
     }
@@ -153,6 +163,8 @@ prefixhit::GroupKind to_kind(prefixhit_group_kind kind) {
       return prefixhit::GroupKind::chunked_local;
     case PREFIXHIT_MAMBA:
       return prefixhit::GroupKind::mamba;
+    case PREFIXHIT_CIRCULAR_BUFFER:
+      return prefixhit::GroupKind::circular_buffer;
   }
   throw prefixhit::InvalidConfig("unknown group kind " + std::to_string(static_cast<int>(kind)));
 }
@@ -170,8 +182,66 @@ prefixhit::MambaCacheMode to_mode(prefixhit_mamba_cache_mode mode) {
                                  std::to_string(static_cast<int>(mode)));
 }
 
+prefixhit::GroupSpec to_spec(const prefixhit_group_spec& in) {
+  prefixhit::GroupSpec spec;
+  spec.kind = to_kind(in.kind);
+  spec.block_size = in.block_size;
+  spec.eagle = in.eagle != 0;
+  spec.num_kv_heads = in.num_kv_heads;
+  spec.head_size = in.head_size;
+  spec.dtype = in.dtype != nullptr ? in.dtype : "";
+  if (in.sliding_window != 0) {
+    spec.sliding_window = in.sliding_window;
+  }
+  if (in.attention_chunk_size != 0) {
+    spec.attention_chunk_size = in.attention_chunk_size;
+  }
+  spec.mamba_cache_mode = to_mode(in.mamba_cache_mode);
+  spec.state_dim = in.state_dim;
+  spec.extra_retained_tokens = in.extra_retained_tokens;
+  spec.bounded_replay = in.bounded_replay != 0;
+  spec.identity = in.identity != nullptr ? in.identity : "";
+  return spec;
+}
+
+std::vector<prefixhit::GroupSpec> to_specs(const prefixhit_group_spec* groups, std::size_t n) {
+  if (n != 0) {
+    require(groups, "groups");
+  }
+  std::vector<prefixhit::GroupSpec> out;
+  out.reserve(n);
+  for (std::size_t g = 0; g < n; ++g) {
+    out.push_back(to_spec(groups[g]));
+  }
+  return out;
+}
+
 prefixhit::Config to_config(const prefixhit_config& c) {
   prefixhit::Config config;
+  switch (c.semantics) {
+    case PREFIXHIT_SEMANTICS_PR49069:
+      config.semantics = prefixhit::Semantics::pr49069;
+      break;
+    case PREFIXHIT_SEMANTICS_VLLM_0_33:
+      config.semantics = prefixhit::Semantics::vllm_0_33;
+      break;
+    default:
+      throw prefixhit::InvalidConfig("unknown semantics " +
+                                     std::to_string(static_cast<int>(c.semantics)));
+  }
+  switch (c.enable_partial_hash_hits) {
+    case PREFIXHIT_PARTIAL_AUTO:
+      break;
+    case PREFIXHIT_PARTIAL_OFF:
+      config.enable_partial_hash_hits = false;
+      break;
+    case PREFIXHIT_PARTIAL_ON:
+      config.enable_partial_hash_hits = true;
+      break;
+    default:
+      throw prefixhit::InvalidConfig("unknown enable_partial_hash_hits " +
+                                     std::to_string(static_cast<int>(c.enable_partial_hash_hits)));
+  }
   config.hash_block_size = c.hash_block_size;
   config.scheduler_block_size = c.scheduler_block_size;
   config.use_eagle = c.use_eagle != 0;
@@ -182,25 +252,7 @@ prefixhit::Config to_config(const prefixhit_config& c) {
   if (c.num_groups != 0) {
     require(c.groups, "config->groups");
   }
-  for (std::size_t g = 0; g < c.num_groups; ++g) {
-    const prefixhit_group_spec& in = c.groups[g];
-    prefixhit::GroupSpec spec;
-    spec.kind = to_kind(in.kind);
-    spec.block_size = in.block_size;
-    spec.eagle = in.eagle != 0;
-    spec.num_kv_heads = in.num_kv_heads;
-    spec.head_size = in.head_size;
-    spec.dtype = in.dtype != nullptr ? in.dtype : "";
-    if (in.sliding_window != 0) {
-      spec.sliding_window = in.sliding_window;
-    }
-    if (in.attention_chunk_size != 0) {
-      spec.attention_chunk_size = in.attention_chunk_size;
-    }
-    spec.mamba_cache_mode = to_mode(in.mamba_cache_mode);
-    spec.state_dim = in.state_dim;
-    config.groups.push_back(std::move(spec));
-  }
+  config.groups = to_specs(c.groups, c.num_groups);
   return config;
 }
 
@@ -214,6 +266,13 @@ const prefixhit::ExistenceSource& resolve(const prefixhit_store* store,
   }
   if (store->key_set != nullptr) {
     return store->key_set->set;
+  }
+  // As in prefixhit_block_index_contains: a namespace the index cannot hold is an error, not
+  // a silent miss.
+  if (store->ns > prefixhit::kMaxNamespace) {
+    throw prefixhit::InvalidArgument("store->ns " + std::to_string(store->ns) +
+                                     " exceeds the 24-bit namespace maximum " +
+                                     std::to_string(prefixhit::kMaxNamespace));
   }
   view.emplace(store->block_index->index, store->ns, digest_size);
   return *view;
@@ -286,6 +345,19 @@ prefixhit_status prefixhit_coordinator_lookup_alignment(const prefixhit_coordina
     require(coordinator, "coordinator");
     require(out, "out");
     *out = coordinator->coordinator.lookup_alignment();
+  });
+}
+
+prefixhit_status prefixhit_partial_hits_rule(const prefixhit_group_spec* groups, size_t num_groups,
+                                             int64_t hash_block_size, int64_t dcp_world_size,
+                                             int* out) {
+  return guarded([&] {
+    require(out, "out");
+    const std::vector<prefixhit::GroupSpec> specs = to_specs(groups, num_groups);
+    *out = prefixhit::partial_hits_rule(prefixhit::span<const prefixhit::GroupSpec>(specs),
+                                        hash_block_size, dcp_world_size)
+               ? 1
+               : 0;
   });
 }
 
@@ -693,3 +765,15 @@ prefixhit_status prefixhit_chunk_masks_get(const prefixhit_chunk_masks* masks, i
 }
 
 }  // extern "C"
+
+// For the C ABI's other translation units (host/c_api_mirror.cpp): the same error handling and
+// the block index handle.
+namespace prefixhit::capi {
+prefixhit_status guarded_call(const std::function<void()>& body) noexcept {
+  return guarded(body);
+}
+BlockIndex& block_index_of(prefixhit_block_index* handle) {
+  require(handle, "index");
+  return handle->index;
+}
+}  // namespace prefixhit::capi

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "prefixhit/detail/lookup_plan.hpp"
+
 namespace prefixhit::detail {
 
 /// The largest token count (block size, window, chunk, S, R) a configuration may use: far
@@ -14,14 +16,11 @@ inline constexpr std::int64_t kMaxConfigTokens = std::int64_t{1} << 40;
 /// 268M-token prompt at block size 1. Longer masks are refused rather than allocated.
 inline constexpr std::int64_t kMaxMaskChunks = std::int64_t{1} << 28;
 
-/// "<what> <value> is outside [0, (n+1)*H) for n hashes of H tokens", overflow-free.
-inline std::string max_length_message(const char* what, std::int64_t value, std::int64_t n,
-                                      std::int64_t h) {
-  std::int64_t bound = 0;
-  const bool overflow = __builtin_mul_overflow(n + 1, h, &bound);
+/// "<what> <value> is outside [0, 2^40]": negative or absurd lengths. A length past the hashes
+/// is not an error by itself (see detail::max_length_in_range).
+inline std::string max_length_message(const char* what, std::int64_t value) {
   return std::string(what) + " " + std::to_string(value) + " is outside [0, " +
-         (overflow ? "(n+1)*H" : std::to_string(bound)) + ") for " + std::to_string(n) +
-         " hashes of " + std::to_string(h) + " tokens";
+         std::to_string(kMaxLookupTokens) + "]";
 }
 
 }  // namespace prefixhit::detail

@@ -2,8 +2,8 @@
 #include "prefixhit/coordinator.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "host/checks.hpp"
@@ -14,9 +14,7 @@
 
 namespace prefixhit {
 
-using detail::ceil_div;
 using detail::floor_div;
-using detail::floor_mod;
 
 namespace {
 
@@ -44,8 +42,10 @@ FinderKind finder_of(GroupKind kind) {
       return FinderKind::chunked_local;
     case GroupKind::mamba:
       return FinderKind::mamba;
+    case GroupKind::circular_buffer:
+      break;  // never prefix-cacheable, so never planned
   }
-  throw InvalidConfig("unknown group kind");
+  throw InvalidConfig("group kind has no finder");
 }
 
 /// Sizes in tokens: positive, and no larger than any model could use (detail::kMaxConfigTokens),
@@ -61,9 +61,34 @@ void require_positive(std::int64_t value, const std::string& what) {
   }
 }
 
-void validate_spec(const GroupSpec& spec, std::size_t id) {
+void validate_spec(const GroupSpec& spec, std::size_t id, Semantics semantics) {
   const std::string name = group_name(id);
   require_positive(spec.block_size, name + ".block_size");
+  // The 0.33 spec fields do not exist in the pr49069 reference: refuse them rather than guess.
+  if (semantics == Semantics::pr49069) {
+    if (spec.kind == GroupKind::circular_buffer) {
+      throw InvalidConfig(name + ": kind circular_buffer needs semantics vllm-0.33");
+    }
+    if (spec.extra_retained_tokens != 0 || spec.bounded_replay) {
+      throw InvalidConfig(name + ": extra_retained_tokens and bounded_replay need semantics " +
+                          "vllm-0.33");
+    }
+  }
+  if (spec.extra_retained_tokens != 0) {
+    if (!is_window_kind(spec.kind)) {
+      throw InvalidConfig(name + ": extra_retained_tokens is not a field of kind " +
+                          to_string(spec.kind));
+    }
+    if (spec.extra_retained_tokens < 0 || spec.extra_retained_tokens > detail::kMaxConfigTokens) {
+      throw InvalidConfig(name + ".extra_retained_tokens must be in [0, " +
+                          std::to_string(detail::kMaxConfigTokens) + "], got " +
+                          std::to_string(spec.extra_retained_tokens));
+    }
+  }
+  if (spec.bounded_replay && spec.kind != GroupKind::sliding_window_mla) {
+    throw InvalidConfig(name + ": bounded_replay is a field of sliding_window_mla only, not of " +
+                        to_string(spec.kind));
+  }
   if (spec.num_kv_heads < 0 || spec.head_size < 0 || spec.state_dim < 0) {
     throw InvalidConfig(name + ": num_kv_heads, head_size and state_dim must not be negative");
   }
@@ -75,6 +100,8 @@ void validate_spec(const GroupSpec& spec, std::size_t id) {
       throw InvalidConfig(name + ": sliding_window is not a field of kind " + to_string(spec.kind));
     }
     require_positive(*spec.sliding_window, name + ".sliding_window");
+    require_positive(spec.coverage_window(),
+                     name + " coverage window (sliding_window + " + "extra_retained_tokens)");
   } else if (is_window_kind(spec.kind)) {
     throw InvalidConfig(name + ": kind " + to_string(spec.kind) + " needs sliding_window");
   }
@@ -114,14 +141,14 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
                         std::to_string(c.digest_size));
   }
   for (std::size_t g = 0; g < n_groups; ++g) {
-    validate_spec(c.groups[g], g);
+    validate_spec(c.groups[g], g, c.semantics);
   }
-  // SEMANTICS.md 1.1.
+  // SEMANTICS.md 1.1; groups that are not prefix-cacheable skip checks (1) and (3) (11.3).
   const std::int64_t h = c.hash_block_size;
   const std::int64_t s = c.scheduler_block_size;
   for (std::size_t g = 0; g < n_groups; ++g) {
     const std::int64_t b = c.groups[g].block_size;
-    if (b % h != 0) {
+    if (c.groups[g].prefix_cacheable() && b % h != 0) {
       throw InvalidConfig(group_name(g) + ".block_size (" + std::to_string(b) +
                           ") is not a multiple of hash_block_size (" + std::to_string(h) + ")");
     }
@@ -132,16 +159,21 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
   }
   for (std::size_t g = 0; g < n_groups; ++g) {
     const std::int64_t b = c.groups[g].block_size;
-    if (s % b != 0) {
+    if (c.groups[g].prefix_cacheable() && s % b != 0) {
       throw InvalidConfig("scheduler_block_size (" + std::to_string(s) + ") is not a multiple of " +
                           group_name(g) + ".block_size (" + std::to_string(b) + ")");
     }
   }
 
-  // Merge equal specs in id order, then put full attention first (stable).
+  // Merge equal specs in id order, then put full attention first (stable). Groups that are not
+  // prefix-cacheable join no spec group (SEMANTICS.md 11.3).
   for (std::size_t g = 0; g < n_groups; ++g) {
-    auto same = std::find_if(spec_groups_.begin(), spec_groups_.end(),
-                             [&](const SpecGroup& sg) { return sg.spec.same_spec(c.groups[g]); });
+    if (!c.groups[g].prefix_cacheable()) {
+      continue;
+    }
+    auto same = std::find_if(spec_groups_.begin(), spec_groups_.end(), [&](const SpecGroup& sg) {
+      return sg.spec.same_spec(c.groups[g], c.semantics);
+    });
     if (same == spec_groups_.end()) {
       spec_groups_.push_back(SpecGroup{{static_cast<int>(g)}, false, c.groups[g]});
       same = spec_groups_.end() - 1;
@@ -175,12 +207,32 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
   // The device-copyable plan.
   plan_.hash_block_size = h;
   plan_.scheduler_block_size = s;
-  plan_.partial = std::any_of(c.groups.begin(), c.groups.end(), [&](const GroupSpec& spec) {
-    return spec.kind == GroupKind::mamba && spec.mamba_cache_mode == MambaCacheMode::align &&
-           spec.block_size > h;
-  });
+  if (c.semantics == Semantics::vllm_0_33) {
+    // 0.33: the flag is the coordinator's input; absent, the engine's rule computes it (11.1).
+    plan_.partial = c.enable_partial_hash_hits.has_value()
+                        ? *c.enable_partial_hash_hits
+                        : partial_hits_rule(span<const GroupSpec>(c.groups), h);
+  } else {
+    plan_.partial = std::any_of(c.groups.begin(), c.groups.end(), [&](const GroupSpec& spec) {
+      return spec.kind == GroupKind::mamba && spec.mamba_cache_mode == MambaCacheMode::align &&
+             spec.block_size > h;
+    });
+    if (c.enable_partial_hash_hits && *c.enable_partial_hash_hits != plan_.partial) {
+      throw InvalidConfig(std::string("enable_partial_hash_hits=") +
+                          (*c.enable_partial_hash_hits ? "true" : "false") +
+                          " contradicts semantics pr49069, which derives " +
+                          (plan_.partial ? "true" : "false") +
+                          " from the groups (a Mamba 'align' group with block_size > "
+                          "hash_block_size); leave it unset, or use semantics vllm-0.33 to "
+                          "choose it");
+    }
+  }
   plan_.alignment = plan_.partial ? h : s;
   plan_.digest_size = static_cast<std::int32_t>(c.digest_size);
+  const bool v033 = c.semantics == Semantics::vllm_0_33;
+  plan_.window_alignment_error = !v033;
+  plan_.eagle_bound_by_hashes = v033;
+  plan_.truncate_every_full_attention = v033;
   plan_.num_groups = static_cast<std::int32_t>(n_groups);
   plan_.num_spec_groups = static_cast<std::int32_t>(spec_groups_.size());
   std::int32_t next_member = 0;
@@ -191,13 +243,18 @@ Coordinator::Coordinator(Config config) : config_(std::move(config)) {
     p.is_full_attention = is_full_attention_kind(sg.spec.kind);
     p.use_eagle = sg.use_eagle;
     p.block_size = sg.spec.block_size;
-    p.window = sg.spec.sliding_window.value_or(0);
+    p.window = sg.spec.coverage_window();
     p.chunk_size = sg.spec.attention_chunk_size.value_or(0);
     p.first_member = next_member;
     p.num_members = static_cast<std::int32_t>(sg.group_ids.size());
     for (int id : sg.group_ids) {
       plan_.members[next_member++] = id;
       plan_.spec_group_of[id] = static_cast<std::int32_t>(k);
+    }
+  }
+  for (std::size_t g = 0; g < n_groups; ++g) {
+    if (!c.groups[g].prefix_cacheable()) {
+      plan_.spec_group_of[g] = plan_.num_spec_groups;  // the empty slot: always []
     }
   }
 }
@@ -227,7 +284,8 @@ std::vector<BlockDigest> Coordinator::chunk_keys(span<const BlockDigest> hashes,
 namespace {
 
 /// The message for a finder error: names the spec group that cannot be looked up and why.
-std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind) {
+std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind,
+                                  std::int64_t max_length, std::int64_t n, const char* what) {
   const detail::LookupPlan& plan = coordinator.plan();
   auto members = [&](std::size_t k) {
     std::string out = "[";
@@ -256,6 +314,13 @@ std::string describe_finder_error(const Coordinator& coordinator, ErrorKind kind
              " cannot apply the EAGLE drop (the spec group is EAGLE-flagged)";
     }
   }
+  if (kind == ErrorKind::invalid_argument) {
+    return std::string(what) + " " + std::to_string(max_length) + " reaches past the last of the " +
+           std::to_string(n) + " hashes (" + std::to_string(plan.hash_block_size) +
+           " tokens each) in a sliding-window, chunked-local or Mamba group, which the reference "
+           "rejects (it indexes past the hash list); full attention alone stops at the last "
+           "hash";
+  }
   return std::string("lookup failed: ") + to_string(kind);
 }
 
@@ -267,16 +332,24 @@ template <class Probe>
 LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::int64_t max_length,
                          bool apply_eagle, const Probe& probe, const char* what) {
   const detail::LookupPlan& plan = coordinator.plan();
-  if (!detail::max_length_in_range(plan, n, max_length)) {
-    throw InvalidArgument(detail::max_length_message(what, max_length, n, plan.hash_block_size));
+  if (!detail::max_length_in_range(n, max_length)) {
+    throw InvalidArgument(detail::max_length_message(what, max_length));
   }
   GroupHit spec_hits[kMaxGroups];
   LookupResult result;
-  const ErrorKind err = detail::find_longest_cache_hit(plan, n, max_length, apply_eagle, probe,
-                                                       spec_hits, result.hit_length);
+  ErrorKind err = ErrorKind::ok;
+  if constexpr (std::is_same_v<Probe, detail::SourceProbe>) {
+    // Fetch the probe set up front (issue 14); exact, and one overlapped pass over memory.
+    detail::PlannedLookup lookup{probe.hashes,       n,   max_length,      apply_eagle, spec_hits,
+                                 &result.hit_length, &err, probe.bad_digest};
+    detail::run_planned_lookups(plan, *probe.source, &lookup, 1);
+  } else {
+    err = detail::find_longest_cache_hit(plan, n, max_length, apply_eagle, probe, spec_hits,
+                                         result.hit_length);
+  }
   detail::throw_if_bad_digest(probe, plan);
   if (err != ErrorKind::ok) {
-    throw_error(err, describe_finder_error(coordinator, err));
+    throw_error(err, describe_finder_error(coordinator, err, max_length, n, what));
   }
   result.groups.resize(static_cast<std::size_t>(plan.num_groups));
   for (int g = 0; g < plan.num_groups; ++g) {
@@ -308,142 +381,13 @@ LookupResult Coordinator::load_mask(std::int64_t num_hashes, std::int64_t token_
   if (num_hashes < 0) {
     throw InvalidArgument("load_mask: num_hashes must not be negative");
   }
+  // The masks list one entry per block: the mask size limit applies (else 2^62 hashes spin).
+  if (num_hashes > detail::kMaxMaskChunks) {
+    throw InvalidArgument("load_mask: num_hashes " + std::to_string(num_hashes) +
+                          " exceeds the limit of " + std::to_string(detail::kMaxMaskChunks) +
+                          " hashes a mask may cover");
+  }
   return lookup_with(*this, num_hashes, token_len, false, detail::AllPresentProbe{}, "token_len");
-}
-
-namespace {
-
-/// Writes keep[k] for chunk first+k, k < len: chunk i is kept iff i >= shift and
-/// (i - shift) mod per >= per - need. Fills one period, then copies it forward.
-void fill_periodic(std::uint8_t* out, std::int64_t first, std::int64_t len, std::int64_t shift,
-                   std::int64_t per, std::int64_t need) {
-  std::int64_t k = 0;
-  while (k < len && first + k < shift) {
-    out[k++] = 0;
-  }
-  if (k >= len) {
-    return;
-  }
-  const std::int64_t period_start = k;
-  std::int64_t r = floor_mod(first + k - shift, per);
-  const std::int64_t period_end = std::min(len, k + per);
-  for (; k < period_end; ++k) {
-    out[k] = r >= per - need ? 1 : 0;
-    if (++r == per) {
-      r = 0;
-    }
-  }
-  while (k < len) {
-    const std::int64_t n = std::min(k - period_start, len - k);
-    std::memcpy(out + k, out + period_start, static_cast<std::size_t>(n));
-    k += n;
-  }
-}
-
-void keep_range(ChunkMask& mask, std::int64_t from, std::int64_t to) {
-  from = std::max(from, mask.first_chunk);
-  to = std::min(to, mask.end_chunk);
-  for (std::int64_t i = from; i < to; ++i) {
-    (*mask.keep)[static_cast<std::size_t>(i - mask.first_chunk)] = 1;
-  }
-}
-
-}  // namespace
-
-std::vector<ChunkMask> Coordinator::masks(std::int64_t aligned_len, std::int64_t start_token,
-                                          std::optional<std::int64_t> num_prompt_tokens,
-                                          std::optional<std::int64_t> retention) const {
-  const std::int64_t a_len = plan_.alignment;
-  if (aligned_len < 0) {
-    throw InvalidArgument("aligned_token_len must not be negative, got " +
-                          std::to_string(aligned_len));
-  }
-  if (start_token < 0) {
-    throw InvalidArgument("start_token must not be negative, got " + std::to_string(start_token));
-  }
-  if (num_prompt_tokens && *num_prompt_tokens < 0) {
-    throw InvalidArgument("num_prompt_tokens must not be negative, got " +
-                          std::to_string(*num_prompt_tokens));
-  }
-  if (aligned_len % a_len != 0) {
-    throw UnalignedLength("aligned_token_len " + std::to_string(aligned_len) +
-                          " is not a multiple of the lookup alignment " + std::to_string(a_len));
-  }
-  // One byte per chunk is allocated below: refuse absurd lengths instead of allocating them.
-  for (const GroupSpec& spec : config_.groups) {
-    if (aligned_len / spec.block_size > detail::kMaxMaskChunks) {
-      throw InvalidArgument("aligned_token_len " + std::to_string(aligned_len) + " spans " +
-                            std::to_string(aligned_len / spec.block_size) +
-                            " chunks of block_size " + std::to_string(spec.block_size) +
-                            "; a mask holds at most " + std::to_string(detail::kMaxMaskChunks));
-    }
-  }
-  const std::int64_t s = plan_.scheduler_block_size;
-  // Replay boundary, floored (num_prompt_tokens 0 gives -S).
-  const std::int64_t boundary = num_prompt_tokens ? floor_div(*num_prompt_tokens - 1, s) * s : 0;
-
-  std::vector<ChunkMask> out(config_.groups.size());
-  for (std::size_t g = 0; g < config_.groups.size(); ++g) {
-    const GroupSpec& spec = config_.groups[g];
-    const std::int64_t b = spec.block_size;
-    ChunkMask& mask = out[g];
-    mask.end_chunk = floor_div(aligned_len, b);
-    mask.first_chunk =
-        std::min(mask.end_chunk, std::max<std::int64_t>(0, ceil_div(start_token, b)));
-    const auto len = static_cast<std::size_t>(mask.end_chunk - mask.first_chunk);
-    if (is_window_kind(spec.kind)) {
-      const std::int64_t e = is_eagle_group_[g];
-      const std::int64_t need = ceil_div(*spec.sliding_window - 1, b) + e;
-      if (!retention || *retention != 0) {
-        const std::int64_t per = floor_div(retention ? *retention : s, b);
-        if (need >= per) {
-          continue;  // every chunk
-        }
-        mask.keep.emplace(len);
-        fill_periodic(mask.keep->data(), mask.first_chunk, static_cast<std::int64_t>(len), e, per,
-                      need);
-      } else {
-        mask.keep.emplace(len, 0);
-      }
-      if (retention && num_prompt_tokens) {
-        const std::int64_t edge = boundary / b + e;
-        keep_range(mask, edge - need, edge);
-      }
-    } else if (spec.kind == GroupKind::mamba) {
-      if (!retention) {
-        continue;
-      }
-      if (*retention != 0) {
-        const std::int64_t per = floor_div(*retention, b);
-        if (per <= 1) {
-          continue;
-        }
-        mask.keep.emplace(len);
-        fill_periodic(mask.keep->data(), mask.first_chunk, static_cast<std::int64_t>(len), 0, per,
-                      1);
-      } else {
-        mask.keep.emplace(len, 0);
-      }
-      if (num_prompt_tokens) {
-        const std::int64_t chunk = boundary / b - 1;
-        keep_range(mask, chunk, chunk + 1);
-      }
-    }
-    // Full attention, MLA and chunked local: always every chunk.
-  }
-  return out;
-}
-
-std::vector<ChunkMask> Coordinator::store_mask(
-    std::int64_t aligned_token_len, std::int64_t start_token,
-    std::optional<std::int64_t> num_prompt_tokens) const {
-  PREFIXHIT_NVTX_RANGE("prefixhit::store_mask");
-  return masks(aligned_token_len, start_token, num_prompt_tokens, config_.retention_interval);
-}
-
-std::vector<ChunkMask> Coordinator::lookup_mask(std::int64_t aligned_token_len) const {
-  PREFIXHIT_NVTX_RANGE("prefixhit::lookup_mask");
-  return masks(aligned_token_len, 0, std::nullopt, std::nullopt);
 }
 
 }  // namespace prefixhit

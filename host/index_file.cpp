@@ -1,9 +1,13 @@
 // Index persistence: the format is documented in include/prefixhit/index_file.hpp.
 #include "prefixhit/index_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <array>
@@ -215,6 +219,26 @@ class Fd {
   int fd_;
 };
 
+/// What kind of file system object a mode is, for "not a regular file" messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) {
+    return "a directory";
+  }
+  if (S_ISLNK(mode)) {
+    return "a symbolic link";
+  }
+  if (S_ISFIFO(mode)) {
+    return "a FIFO";
+  }
+  if (S_ISCHR(mode) || S_ISBLK(mode)) {
+    return "a device";
+  }
+  if (S_ISSOCK(mode)) {
+    return "a socket";
+  }
+  return "not a regular file";
+}
+
 class FileSource final : public ByteSource {
  public:
   explicit FileSource(const std::string& path) : path_(path), fd_(open_or_throw(path)) {
@@ -223,9 +247,22 @@ class FileSource final : public ByteSource {
       throw IoError(os_error("cannot stat index file", path, errno));
     }
     if (!S_ISREG(st.st_mode)) {
-      throw IoError("index file '" + path + "' is not a regular file");
+      throw IoError("index file '" + path + "' is " + file_kind(st.st_mode) +
+                    ", not a regular file");
     }
     size_ = static_cast<std::uint64_t>(st.st_size);
+    // Our writer never leaves a hole, and holes read as zeros, which no valid file holds (two
+    // all-zero records are out of order). Refusing them up front keeps a sparse file that
+    // declares billions of keys from costing minutes of reading zeros.
+    const off_t hole = ::lseek(fd_.get(), 0, SEEK_HOLE);
+    if (hole >= 0 && static_cast<std::uint64_t>(hole) < size_) {
+      throw FormatError("index file '" + path + "': sparse file (a hole at byte " +
+                        std::to_string(hole) + " of " + std::to_string(size_) +
+                        "): not a file prefixhit wrote; it is corrupt or crafted");
+    }
+    if (::lseek(fd_.get(), 0, SEEK_SET) != 0) {
+      throw IoError(os_error("cannot seek in index file", path, errno));
+    }
   }
   std::uint64_t size() const override { return size_; }
   bool read(std::uint8_t* out, std::size_t size) override {
@@ -248,7 +285,9 @@ class FileSource final : public ByteSource {
 
  private:
   static int open_or_throw(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
+    // fstat above then refuses it. Reads of a regular file ignore the flag.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
       throw IoError(os_error("cannot open index file", path, errno));
     }
@@ -341,7 +380,8 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
   stats.key_count = key_count;
   stats.file_bytes = file_bytes;
   std::uint32_t crc = crc32c(header.data(), header.size());
-  constexpr std::size_t kChunk = 4096;  // records per read
+  constexpr std::size_t kChunk = 4096;                                       // records per read
+  constexpr std::uint64_t kRecordsReadPastAnError = std::uint64_t{1} << 20;  // 40 MiB
   std::vector<std::uint8_t> buffer(
       static_cast<std::size_t>(std::min<std::uint64_t>(key_count, kChunk)) * kIndexFileRecordBytes);
   std::vector<Record> records;
@@ -386,6 +426,11 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
     }
     if (record_error.empty()) {
       sink(records);
+    } else if (key_count - done - n > kRecordsReadPastAnError) {
+      // Reading on would only tell checksum corruption from a faulty writer; past this many
+      // records (a sparse file on a file system without SEEK_HOLE) it is not worth the time.
+      throw FormatError(where + record_error + " (the remaining " +
+                        std::to_string(key_count - done - n) + " records were not read)");
     }
     done += n;
   }
@@ -482,6 +527,115 @@ std::string parent_dir(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+std::string base_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// Temporary files are "<name>.tmp.<pid>.<8 hex digits>" beside the target; <name> is cut so
+/// that the whole name fits NAME_MAX (a target name near 255 bytes still saves).
+constexpr std::size_t kNameMax = 255;
+constexpr std::size_t kTempSuffixMax = 5 + 10 + 1 + 8;  // ".tmp." pid "." hex
+
+std::string temp_stem(const std::string& path) {
+  const std::string base = base_name(path);
+  const std::string dir_part = path.substr(0, path.size() - base.size());
+  return dir_part + base.substr(0, std::min(base.size(), kNameMax - kTempSuffixMax)) + ".tmp.";
+}
+
+/// Whether `name` is "<stem>.tmp.<pid>.<8 hex>" for this target's stem; returns the pid.
+std::optional<long> temp_owner(const std::string& name, const std::string& stem_name) {
+  if (name.size() <= stem_name.size() || name.compare(0, stem_name.size(), stem_name) != 0) {
+    return std::nullopt;
+  }
+  const std::string rest = name.substr(stem_name.size());
+  const std::size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string::npos || dot > 10 || rest.size() - dot - 1 != 8) {
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    const char c = rest[i];
+    const bool ok = i < dot ? (c >= '0' && c <= '9')
+                            : i == dot || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (!ok) {
+      return std::nullopt;
+    }
+  }
+  return std::stol(rest.substr(0, dot));
+}
+
+/// Removes temporary files of earlier saves to the same target whose writer died (kill -9,
+/// power loss): the owner's pid is gone and nobody holds the file's lock (a live saver holds
+/// it, see save_index). Best effort: anything unexpected is left alone.
+void remove_stale_temporaries(const std::string& path) {
+  const std::string stem = temp_stem(path);
+  const std::string dir = parent_dir(path);
+  const std::string stem_name = base_name(stem);
+  DIR* folder = ::opendir(dir.c_str());
+  if (folder == nullptr) {
+    return;
+  }
+  std::vector<std::string> stale;
+  while (const dirent* entry = ::readdir(folder)) {
+    const std::string name = entry->d_name;
+    const std::optional<long> pid = temp_owner(name, stem_name);
+    if (!pid || *pid == static_cast<long>(::getpid())) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(*pid), 0) == 0 || errno != ESRCH) {
+      continue;  // the writer may still be running
+    }
+    stale.push_back(name);
+  }
+  ::closedir(folder);
+  for (const std::string& name : stale) {
+    const std::string full = dir + "/" + name;
+    Fd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    struct stat st {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      continue;
+    }
+    ::unlink(full.c_str());
+  }
+}
+
+/// Blocks SIGXFSZ on this thread while a save writes, so that a file size limit (ulimit -f)
+/// makes write() fail with EFBIG, an IoError, instead of killing the process. A SIGXFSZ the
+/// save itself raised is consumed before the mask is restored.
+class SigxfszBlock {
+ public:
+  SigxfszBlock() noexcept {
+    sigset_t only{};
+    sigemptyset(&only);
+    sigaddset(&only, SIGXFSZ);
+    active_ = ::pthread_sigmask(SIG_BLOCK, &only, &old_) == 0 && sigismember(&old_, SIGXFSZ) == 0;
+    sigset_t pending{};
+    was_pending_ = ::sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
+  }
+  ~SigxfszBlock() {
+    if (!active_) {
+      return;
+    }
+    sigset_t only{};
+    sigemptyset(&only);
+    sigaddset(&only, SIGXFSZ);
+    sigset_t pending{};
+    if (!was_pending_ && ::sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1) {
+      const timespec now{0, 0};
+      ::sigtimedwait(&only, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigxfszBlock(const SigxfszBlock&) = delete;
+  SigxfszBlock& operator=(const SigxfszBlock&) = delete;
+
+ private:
+  sigset_t old_{};
+  bool active_ = false;
+  bool was_pending_ = false;
+};
+
 /// Removes the temporary file unless the save reached the rename.
 struct TempFileGuard {
   std::string path;
@@ -534,24 +688,50 @@ IndexFileStats save_index(const BlockIndex& index, const std::string& path) {
   if (path.empty()) {
     throw IoError("save_index: empty path");
   }
+  // Only a regular file (or nothing) is replaced: rename would silently turn a device node,
+  // FIFO or symlink into a regular file, and cannot replace a directory.
+  struct stat target {};
+  const bool exists = ::lstat(path.c_str(), &target) == 0;
+  if (!exists && errno != ENOENT) {
+    throw IoError(os_error("cannot inspect the save target", path, errno));
+  }
+  if (exists && !S_ISREG(target.st_mode)) {
+    throw IoError("refusing to save over '" + path + "': it is " + file_kind(target.st_mode) +
+                  ", not a regular file");
+  }
   const std::vector<Record> records = snapshot(index);
   const std::string dir = parent_dir(path);
+  remove_stale_temporaries(path);
+  const SigxfszBlock no_sigxfsz;
 
   // A unique name in the target's folder: rename is atomic only within one file system.
   std::random_device rd;
   TempFileGuard guard;
   int raw = -1;
+  const std::string stem = temp_stem(path);
   for (int attempt = 0; raw < 0; ++attempt) {
     char suffix[32];
-    std::snprintf(suffix, sizeof(suffix), ".tmp.%ld.%08x", static_cast<long>(::getpid()), rd());
-    guard.path = path + suffix;
-    raw = ::open(guard.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    std::snprintf(suffix, sizeof(suffix), "%ld.%08x", static_cast<long>(::getpid()), rd());
+    guard.path = stem + suffix;
+    raw = ::open(guard.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (raw < 0 && (errno != EEXIST || attempt >= 16)) {
       guard.armed = false;  // nothing was created
       throw IoError(os_error("cannot create temporary index file", guard.path, errno));
     }
   }
   Fd fd(raw);
+  // Held until the rename: tells remove_stale_temporaries that this writer is alive.
+  ::flock(fd.get(), LOCK_EX | LOCK_NB);
+  if (exists) {
+    // The replacement keeps the old file's permissions (and owner, where allowed).
+    // Not permitted for others' files unless privileged; the permissions still carry over.
+    const int chown_rc = ::fchown(fd.get(), target.st_uid, target.st_gid);
+    static_cast<void>(chown_rc);
+    if (::fchmod(fd.get(), target.st_mode & 07777) != 0) {
+      throw IoError(
+          os_error("cannot set the permissions of temporary index file", guard.path, errno));
+    }
+  }
 
   IndexFileStats stats;
   stats.format_version = file_version(records);

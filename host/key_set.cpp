@@ -1,7 +1,11 @@
 // KeySet: a caller-supplied set of (group id, key) pairs.
-#include <cstring>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
 #include <unordered_set>
 
+#include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/existence.hpp"
 
 namespace prefixhit {
@@ -16,19 +20,38 @@ struct GroupKey {
   }
 };
 
+/// The hash secret, drawn once per process: digests come from requests, so an unseeded hash of
+/// a few bytes lets crafted prompts pile every key into one bucket (quadratic inserts).
+const detail::IndexHashKey& process_hash_key() {
+  static const detail::IndexHashKey key = [] {
+    std::uint64_t seed = 0;
+    try {
+      std::random_device device;
+      seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+    } catch (const std::exception&) {
+      seed = static_cast<std::uint64_t>(
+          std::chrono::high_resolution_clock::now().time_since_epoch().count());
+    }
+    return detail::make_hash_key(seed);
+  }();
+  return key;
+}
+
 struct GroupKeyHash {
+  const detail::IndexHashKey* secret = &process_hash_key();
   std::size_t operator()(const GroupKey& k) const noexcept {
-    // Digests are SHA-256 outputs; their first word is already uniform.
-    std::uint64_t word = 0;
-    std::memcpy(&word, k.key.bytes.data(), sizeof(word));
-    return static_cast<std::size_t>(
-        word ^ (static_cast<std::uint64_t>(k.group_id) * 0x9E3779B97F4A7C15ULL));
+    // The BlockIndex hash: all 32 digest bytes and the group id, under the seeded secret.
+    return static_cast<std::size_t>(detail::slot_hash(
+        detail::make_slot_key(k.key, static_cast<std::uint32_t>(k.group_id)), *secret));
   }
 };
 
 }  // namespace
 
 struct KeySet::Impl {
+  // Readers (probes, contains) share it; insert and clear take it exclusively, so a KeySet
+  // written from one thread while another looks it up is safe (see existence.hpp).
+  mutable std::shared_mutex mutex;
   std::unordered_set<GroupKey, GroupKeyHash> keys;
 };
 
@@ -42,27 +65,33 @@ KeySet& KeySet::operator=(KeySet&&) noexcept = default;
 
 bool KeySet::insert(int group_id, const BlockDigest& key) {
   check_digests(span<const BlockDigest>(&key, 1), digest_size_, "KeySet::insert: key");
+  const std::unique_lock<std::shared_mutex> lock(impl_->mutex);
   return impl_->keys.insert(GroupKey{group_id, key}).second;
 }
 
 bool KeySet::contains(int group_id, const BlockDigest& key) const {
   // Every stored key fits the set's width, so a key that does not can never be present.
+  const std::shared_lock<std::shared_mutex> lock(impl_->mutex);
   return impl_->keys.count(GroupKey{group_id, key}) != 0;
 }
 
 std::size_t KeySet::size() const noexcept {
+  const std::shared_lock<std::shared_mutex> lock(impl_->mutex);
   return impl_->keys.size();
 }
 
 void KeySet::clear() noexcept {
+  const std::unique_lock<std::shared_mutex> lock(impl_->mutex);
   impl_->keys.clear();
 }
 
 std::uint64_t KeySet::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                             std::int64_t step, int count) const {
+  // One shared lock per window: each window sees one state of the set.
+  const std::shared_lock<std::shared_mutex> lock(impl_->mutex);
   std::uint64_t bits = 0;
   for (int k = 0; k < count; ++k) {
-    if (contains(group_id, hashes[first + k * step])) {
+    if (impl_->keys.count(GroupKey{group_id, hashes[first + k * step]}) != 0) {
       bits |= std::uint64_t{1} << k;
     }
   }

@@ -1,12 +1,14 @@
 // Host probes: how the shared finders (detail/finders.hpp) see a store on the CPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/errors.hpp"
+#include "prefixhit/error_kind.hpp"
 #include "prefixhit/existence.hpp"
 
 namespace prefixhit::detail {
@@ -95,5 +97,32 @@ struct AllPresentProbe {
     return low_bits(count);
   }
 };
+
+/// One lookup for run_planned_lookups: its request (hashes, n, max_length, apply_eagle) and
+/// where its answer goes (hits: one GroupHit per spec group).
+struct PlannedLookup {
+  const BlockDigest* hashes;
+  std::int64_t n;
+  std::int64_t max_length;
+  bool apply_eagle;
+  GroupHit* hits;
+  std::int64_t* hit_length;
+  ErrorKind* error;
+  /// Narrow digests: receives the first probed hash with nonzero bytes past the width (see
+  /// SourceProbe), and the lookup's error becomes invalid_argument. May be null.
+  std::int64_t* bad_digest = nullptr;
+};
+
+/// Runs find_longest_cache_hit for every lookup of `lookups`. For a store that
+/// prefers_probe_many(), with its probe set fetched up front (issue 14): a first pass of the shared
+/// finders records the windows they ask for, guessing every key present; the store answers all
+/// recorded windows of all lookups in one probe_many call (BlockIndex::View overlaps their cache
+/// misses); the next pass replays the finders on those answers and records only what they still
+/// lack (after a miss, or for the fixed point's second reads). A pass that records nothing ran on
+/// real answers only, so its result is exactly the one-window-at-a-time lookup's. After a few
+/// passes any lookup still short of answers finishes with SourceProbe's direct probes. Other stores
+/// are probed window by window (SourceProbe), as before.
+void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
+                         PlannedLookup* lookups, std::size_t count);
 
 }  // namespace prefixhit::detail

@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kLookupThreads)
 cudaError_t launch_batch_lookup_index(const detail::LookupPlan& plan, const BatchKernelArgs& args,
                                       const DeviceBlockIndexRef& index, Namespace ns, int grid,
                                       cudaStream_t stream) {
-  batch_lookup_index_kernel<<<grid, kLookupThreads, 0, stream>>>(plan, args, index, ns);
+  PREFIXHIT_LAUNCH(batch_lookup_index_kernel, grid, kLookupThreads, 0, stream)
+  (plan, args, index, ns);
   return cudaGetLastError();
 }
 
@@ -64,7 +65,8 @@ cudaError_t batch_lookup_index_resident_blocks(int* blocks) {
 cudaError_t launch_batch_lookup_presence(const detail::LookupPlan& plan,
                                          const BatchKernelArgs& args, const std::uint8_t* presence,
                                          int grid, cudaStream_t stream) {
-  batch_lookup_presence_kernel<<<grid, kLookupThreads, 0, stream>>>(plan, args, presence);
+  PREFIXHIT_LAUNCH(batch_lookup_presence_kernel, grid, kLookupThreads, 0, stream)
+  (plan, args, presence);
   return cudaGetLastError();
 }
 

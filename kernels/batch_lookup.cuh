@@ -77,8 +77,8 @@ struct DeviceIndexSource {
 
   /// Starts the load of digest `index` into L1 ahead of its probe (has_prefetch): the round's
   /// digest loads then overlap, and each probe's chain starts from a cached digest.
-  __device__ __forceinline__ void prefetch(std::int64_t index) const {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(hashes + index));
+  __device__ __forceinline__ void prefetch([[maybe_unused]] std::int64_t index) const {
+    PREFIXHIT_PTX("prefetch.global.L1 [%0];" ::"l"(hashes + index));
   }
 
   __device__ __forceinline__ bool contains(int group_id, std::int64_t index) const {

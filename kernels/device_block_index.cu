@@ -390,46 +390,52 @@ inline unsigned int blocks_for(std::uint64_t n, int sm_count) {
 
 cudaError_t launch_contains(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
                             std::uint8_t* out, int sm_count, cudaStream_t stream) {
-  contains_keys<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(table, batch, n, out);
+  PREFIXHIT_LAUNCH(contains_keys, blocks_for(n, sm_count), kThreads, 0, stream)
+  (table, batch, n, out);
   return cudaGetLastError();
 }
 
 cudaError_t launch_find_missing(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
                                 std::uint8_t* present, DeviceCounters* counters, int sm_count,
                                 cudaStream_t stream) {
-  find_missing_keys<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(table, batch, n, present,
-                                                                      counters);
+  PREFIXHIT_LAUNCH(find_missing_keys, blocks_for(n, sm_count), kThreads, 0, stream)
+  (table, batch, n, present, counters);
   return cudaGetLastError();
 }
 
 cudaError_t launch_insert(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
                           const std::uint8_t* skip, DeviceCounters* counters, int sm_count,
                           cudaStream_t stream) {
-  insert_keys<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(table, batch, n, skip, counters);
+  PREFIXHIT_LAUNCH(insert_keys, blocks_for(n, sm_count), kThreads, 0, stream)
+  (table, batch, n, skip, counters);
   return cudaGetLastError();
 }
 
 cudaError_t launch_erase(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
                          DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  erase_keys<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(table, batch, n, counters);
+  PREFIXHIT_LAUNCH(erase_keys, blocks_for(n, sm_count), kThreads, 0, stream)
+  (table, batch, n, counters);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rehash(const DeviceTable& from, std::uint64_t slots, const DeviceTable& to,
                           DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  rehash_slots<<<blocks_for(slots, sm_count), kThreads, 0, stream>>>(from, slots, to, counters);
+  PREFIXHIT_LAUNCH(rehash_slots, blocks_for(slots, sm_count), kThreads, 0, stream)
+  (from, slots, to, counters);
   return cudaGetLastError();
 }
 
 cudaError_t launch_check_key_tails(const BlockDigest* keys, std::uint64_t n, int words,
                                    DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  check_key_tails<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(keys, n, words, counters);
+  PREFIXHIT_LAUNCH(check_key_tails, blocks_for(n, sm_count), kThreads, 0, stream)
+  (keys, n, words, counters);
   return cudaGetLastError();
 }
 
 cudaError_t launch_check_groups(const std::int32_t* group_ids, std::uint64_t n,
                                 DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  check_group_ids<<<blocks_for(n, sm_count), kThreads, 0, stream>>>(group_ids, n, counters);
+  PREFIXHIT_LAUNCH(check_group_ids, blocks_for(n, sm_count), kThreads, 0, stream)
+  (group_ids, n, counters);
   return cudaGetLastError();
 }
 
@@ -842,9 +848,16 @@ struct DeviceBlockIndex::Impl {
 DeviceBlockIndex::DeviceBlockIndex(const DeviceBlockIndexOptions& options, cudaStream_t stream)
     : impl_(std::make_unique<Impl>()) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::DeviceBlockIndex");
-  if (!(options.max_load_factor > 0.0 && options.max_load_factor <= 0.95)) {
-    throw InvalidArgument("DeviceBlockIndexOptions.max_load_factor must be in (0, 0.95], got " +
+  // The CPU index's bounds (block_index.hpp): a tinier factor makes the first insert spin, a
+  // slot limit near 2^64 overflows the bucket arithmetic.
+  if (!(options.max_load_factor >= kMinMaxLoadFactor && options.max_load_factor <= 0.95)) {
+    throw InvalidArgument("DeviceBlockIndexOptions.max_load_factor must be in [" +
+                          std::to_string(kMinMaxLoadFactor) + ", 0.95], got " +
                           std::to_string(options.max_load_factor));
+  }
+  if (static_cast<std::uint64_t>(options.max_capacity) > kMaxIndexSlots) {
+    throw InvalidArgument("DeviceBlockIndexOptions.max_capacity must be at most 2^40 slots, got " +
+                          std::to_string(options.max_capacity));
   }
   if (options.max_capacity != 0 &&
       options.max_capacity < static_cast<std::size_t>(detail::kBucketSlots)) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fills .carry/ (git-ignored) with what the GPU machine lacks and `scripts/gpu-check.sh` needs:
-# the header-only libraries (nlohmann-json, CLI11), GoogleTest's sources, Debian's Google
-# Benchmark build and a copy of the conformance vectors. Name `.carry` in the device tool's `carry` list.
+# the header-only libraries (nlohmann-json, CLI11), GoogleTest's sources and Debian's Google
+# Benchmark build. The vectors travel with the tree (tests/data). Name `.carry` in the device
+# tool's `carry` list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh >/dev/null
@@ -15,6 +16,4 @@ mkdir -p .carry/benchmark/include .carry/benchmark/lib
 cp -r /usr/include/benchmark .carry/benchmark/include/
 cp /usr/lib/x86_64-linux-gnu/libbenchmark.so.1.7.1 .carry/benchmark/lib/libbenchmark.so
 cp /usr/lib/x86_64-linux-gnu/libbenchmark_main.a .carry/benchmark/lib/
-mkdir -p .carry/vectors
-cp tests/data/conformance/*.json .carry/vectors/
 du -sh .carry

@@ -7,7 +7,11 @@
 #      (clang-format, clang-tidy: scripts/lint.sh);
 #   3. the Python package and its pytest suite;
 #   4. ASan+UBSan and ThreadSanitizer builds of the CPU suites;
-#   5. a short libFuzzer smoke run of each fuzz target.
+#   5. a short libFuzzer smoke run of each fuzz target;
+#   6. CUDA emulation (tools/cuemu, preset `emu`): the kernels and every GPU test run on the CPU,
+#      the GPU conformance run over every public vector folder, three random-schedule runs of
+#      the GPU suites (fresh GPU-vs-CPU differential requests each time) and an ASan+UBSan
+#      emulated run.
 # Exits non-zero if any step fails, and ends with a one-line total.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +53,8 @@ count_ctest "${log_dir}/ctest.log"
 conformance() {
   local cli=./build/ci/host/cli/prefixhit rc=0
   "$cli" conformance tests/data/conformance || rc=1
+  "$cli" conformance tests/data/conformance-vllm-0.33 || rc=1
+  "$cli" conformance tests/data/extra || rc=1
   if "$cli" conformance --backend gpu tests/data/conformance/dsv4.json >/dev/null 2>&1; then
     "$cli" conformance --backend gpu tests/data/conformance || rc=1
   else
@@ -73,6 +79,74 @@ done
 
 step sanitizers ./scripts/sanitizers.sh
 step fuzz-smoke ./scripts/fuzz-smoke.sh "${PREFIXHIT_FUZZ_SECONDS:-60}"
+
+# ---- 6. CUDA emulation: the real kernels on tools/cuemu ------------------------------------------
+count_gtest() {  # adds a GoogleTest log's counts (one or more runs of a test binary)
+  local log=$1 p f s
+  local sum='{s += $1} END {print s + 0}'
+  p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' | awk "$sum")
+  f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' | awk "$sum")
+  s=$(grep -Eo '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' | awk "$sum")
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+  skipped=$((skipped + ${s:-0}))
+}
+count_cases() {  # adds `prefixhit conformance` "N passed, M failed" lines (FAILS=0: print only)
+  local log=$1 counted_failures=${2:-1} line n m
+  while read -r line; do
+    n=$(echo "$line" | grep -Eo '^[0-9]+')
+    m=$(echo "$line" | grep -Eo '[0-9]+ failed' | grep -Eo '^[0-9]+')
+    passed=$((passed + n))
+    if [ "$counted_failures" = 1 ]; then failed=$((failed + m)); fi
+  done < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log")
+}
+
+step emu cmake --workflow --preset emu
+count_ctest "${log_dir}/emu.log"
+
+emu_cli=./build/emu/host/cli/prefixhit
+# Every public vector folder through the real kernels (vLLM PR #49069, vLLM 0.33, our own).
+emu_conformance() {
+  local rc=0 folder
+  for folder in tests/data/conformance tests/data/conformance-vllm-0.33 tests/data/extra; do
+    "$emu_cli" conformance --backend gpu "$folder" || rc=1
+  done
+  return $rc
+}
+step emu-conformance emu_conformance
+count_cases "${log_dir}/emu-conformance.log"
+
+# Other interleavings: random order of the CUDA threads, preemption at atomics and hinted loads,
+# 4 resident blocks. The vector-file suites are left to the conformance step above; the
+# differential and index suites draw fresh requests in each run.
+emu_schedules() {
+  local rc=0 i seed
+  for i in 1 2 3; do
+    seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+    echo "---- random schedule ${i}/3: CUEMU_SCHEDULE=random:${seed} CUEMU_PREEMPT=0.3" \
+      "CUEMU_RESIDENT_BLOCKS=4 (replay with these variables)"
+    CUEMU_SCHEDULE=random:${seed} CUEMU_PREEMPT=0.3 CUEMU_RESIDENT_BLOCKS=4 \
+      PREFIXHIT_VECTORS=$PWD/tests/data/conformance \
+      ./build/emu/tests/prefixhit_gpu_tests --gtest_brief=1 \
+      --gtest_filter='-GpuVectors*:*WithoutDevice*' || rc=1
+  done
+  return $rc
+}
+step emu-schedules emu_schedules
+count_gtest "${log_dir}/emu-schedules.log"
+
+# ASan+UBSan over the emulated kernels: device memory is host memory, so an out-of-bounds
+# kernel access is a heap-buffer-overflow report.
+emu_asan() {
+  cmake -S . -B build/emu-asan -G Ninja --preset emu -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPREFIXHIT_SANITIZE=address,undefined -DPREFIXHIT_BUILD_CLI=OFF >/dev/null &&
+    cmake --build build/emu-asan --target prefixhit_gpu_tests cuemu_tests &&
+    ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:allocator_may_return_null=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build/emu-asan -L gpu-emu --output-on-failure -j2
+}
+step emu-asan emu_asan
+count_ctest "${log_dir}/emu-asan.log"
 
 echo
 if ((${#failed_steps[@]})); then

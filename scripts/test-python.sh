@@ -6,7 +6,8 @@
 # Environment:
 #   PYTHON            interpreter to use (default: python3)
 #   PREFIXHIT_VECTORS vectors folder (default: tests/data/conformance)
-#   PREFIXHIT_SEED    replay the random tests with this seed
+#   PREFIXHIT_SEED    replay the random tests (and the Hypothesis properties) with this seed
+#   HYPOTHESIS_PROFILE "ci" (default, about a minute of property tests) or "long"
 #   PREFIXHIT_PY_CUDA OFF to build the extension without the CUDA backend even where nvcc exists
 #   PYTEST_ARGS       pytest arguments (default: -ra; the run ends with pytest's "=== N passed ===" line,
 #                     which scripts/run-tests.sh reads)
@@ -20,7 +21,7 @@ pip_install() {
 
 # Build requirements are installed here and the build runs without isolation, so a rerun does
 # not download them again and reuses the incremental build in build-python/.
-pip_install numpy pytest "scikit-build-core>=0.10" "nanobind>=2.0"
+pip_install numpy pytest hypothesis "scikit-build-core>=0.10" "nanobind>=2.0" pyzmq msgpack  # pyzmq, msgpack: test_mirror.py
 version_at_least() {  # version_at_least <have> <want>
   [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
 }

@@ -49,9 +49,27 @@ struct BenchRow {
   std::int64_t tokens = 0;    ///< tokens per request
   double us_per_call = 0;     ///< end-to-end wall time per call
   double calls_per_s = 0;
-  std::optional<double> device_us;   ///< GPU: device time per call (CUDA events)
-  std::optional<double> keys_per_s;  ///< keys probed per second, where counted
+  std::optional<double> device_us;      ///< GPU: device time per call (CUDA events)
+  std::optional<double> keys_per_s;     ///< keys probed per second, where counted
+  std::optional<double> p50_us;         ///< CPU: median of the per-call times
+  std::optional<double> p99_us;         ///< CPU: 99th percentile of the per-call times
+  std::optional<double> cpu_us;         ///< CPU: process CPU time per call (all threads)
+  std::optional<double> keys_per_call;  ///< CPU: index keys probed per call
+  int threads = 0;                      ///< CPU batch: threads asked for (0: not a batch)
 };
+
+/// The memory system's limit over a buffer the size of the index, measured in the same run.
+struct MemoryLimit {
+  std::uint64_t bytes = 0;
+  double dependent_ns = 0;    ///< per random 64-byte read that waits on the previous one
+  double independent_ns = 0;  ///< per random 64-byte read with no dependence between reads
+  std::uint64_t checksum = 0;
+  /// Reads one core keeps in flight: DRAM latency over the independent-read time.
+  double in_flight() const { return independent_ns > 0 ? dependent_ns / independent_ns : 0; }
+};
+
+/// Random reads over a buffer of `bytes` (allocated like the index: huge pages where allowed).
+MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed);
 
 /// Times the lookup ops of `workload` on the GPU with batches of `requests` requests, for at
 /// least `min_seconds` each. Throws Unavailable without CUDA or a device.

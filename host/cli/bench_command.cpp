@@ -3,8 +3,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,47 +23,98 @@ namespace {
 
 std::atomic<std::int64_t> g_bench_sink{0};
 
+/// The most tokens (requests x tokens) one bench run may hold: 2^32, 8 GiB of digests at H=16.
+constexpr std::int64_t kMaxBenchTokens = std::int64_t{1} << 32;
+
 struct Timing {
-  double us_per_call = 0;
+  double us_per_call = 0;  ///< mean wall time per call
   double calls_per_s = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double cpu_us = 0;  ///< process CPU time per call (every thread's)
 };
 
-/// Median over 5 rounds of the mean time per call; each round runs for min_seconds / 5.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// Calls `op` for at least min_seconds after one warm-up call, timing every call: the mean,
+/// median and 99th percentile wall time per call, and the CPU time per call.
 template <class Op>
 Timing time_op(const Op& op, double min_seconds) {
   using clock = std::chrono::steady_clock;
-  std::vector<double> rounds;
-  const double round_seconds = std::max(min_seconds / 5.0, 0.002);
   op();  // warm up caches and allocations
-  for (int round = 0; round < 5; ++round) {
-    std::int64_t calls = 0;
-    const auto start = clock::now();
-    double elapsed = 0;
-    do {
-      op();
-      ++calls;
-      elapsed = std::chrono::duration<double>(clock::now() - start).count();
-    } while (elapsed < round_seconds);
-    rounds.push_back(elapsed * 1e6 / static_cast<double>(calls));
-  }
-  std::sort(rounds.begin(), rounds.end());
+  std::vector<double> samples;
+  samples.reserve(1 << 16);
+  const double cpu_start = process_cpu_seconds();
+  const auto start = clock::now();
+  auto last = start;
+  double elapsed = 0;
+  do {
+    op();
+    const auto now = clock::now();
+    samples.push_back(std::chrono::duration<double, std::micro>(now - last).count());
+    last = now;
+    elapsed = std::chrono::duration<double>(now - start).count();
+  } while (elapsed < min_seconds);
+  const auto calls = static_cast<double>(samples.size());
   Timing t;
-  t.us_per_call = rounds[rounds.size() / 2];
+  t.us_per_call = elapsed * 1e6 / calls;
   t.calls_per_s = 1e6 / t.us_per_call;
+  t.cpu_us = (process_cpu_seconds() - cpu_start) * 1e6 / calls;
+  std::sort(samples.begin(), samples.end());
+  t.p50_us = samples[samples.size() / 2];
+  t.p99_us = samples[std::min(samples.size() - 1, samples.size() * 99 / 100)];
   return t;
 }
+
+/// Counts the index keys a lookup asks its store about (each member group's key once).
+class CountingSource final : public ExistenceSource {
+ public:
+  explicit CountingSource(const ExistenceSource& inner) : inner_(inner) {}
+  std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                      std::int64_t step, int count) const override {
+    keys_ += count;
+    return inner_.probe(group_id, hashes, first, step, count);
+  }
+  bool prefers_probe_many() const noexcept override { return inner_.prefers_probe_many(); }
+  void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override {
+    for (std::size_t w = 0; w < n; ++w) {
+      keys_ += windows[w].count;
+    }
+    inner_.probe_many(windows, n, out);
+  }
+  std::int64_t keys() const { return keys_; }
+
+ private:
+  const ExistenceSource& inner_;
+  mutable std::int64_t keys_ = 0;
+};
 
 struct BenchOptions {
   std::string backend = "cpu";
   std::vector<std::string> workloads;
   std::int64_t requests = 8;
+  std::int64_t batch = 0;  // 0: every request
   std::int64_t tokens = 0;
   double min_seconds = 0.5;
   bool json = false;
 };
 
+/// The store and the memory limit the CPU rows are measured against.
+struct CpuBenchContext {
+  std::uint64_t store_keys = 0;
+  std::uint64_t store_slots = 0;
+  std::uint64_t store_bytes = 0;
+  std::int64_t cycled_requests = 0;
+  MemoryLimit limit;
+};
+
 std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t requests,
-                                    double min_seconds) {
+                                    std::int64_t batch_size, double min_seconds,
+                                    CpuBenchContext& context) {
   const Coordinator coordinator(workload.config);
   const std::int64_t h = workload.config.hash_block_size;
   const std::int64_t n = workload.tokens / h;
@@ -79,10 +132,17 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
                  workload.tokens, shape);
     }
   }
+  context.store_keys = index.size();
+  context.store_slots = index.capacity();
+  // Per slot: a 1-byte tag, a 4-byte namespace/group word and the 32-byte digest.
+  context.store_bytes = context.store_slots * (1 + 4 + sizeof(BlockDigest));
+  context.cycled_requests = requests;
+  context.limit = measure_memory_limit(context.store_bytes, 0x5EED);
   const std::int64_t max_length = workload.tokens - 1;
   const std::int64_t aligned = coordinator.align_lookup_length(workload.tokens);
   std::vector<BenchRow> rows;
-  auto add = [&](const std::string& op, std::int64_t per_call, const Timing& t) {
+  auto add = [&](const std::string& op, std::int64_t per_call, const Timing& t,
+                 std::optional<double> keys, int threads) {
     BenchRow row;
     row.workload = workload.name;
     row.backend = "cpu";
@@ -91,6 +151,11 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     row.tokens = workload.tokens;
     row.us_per_call = t.us_per_call;
     row.calls_per_s = t.calls_per_s;
+    row.p50_us = t.p50_us;
+    row.p99_us = t.p99_us;
+    row.cpu_us = t.cpu_us;
+    row.keys_per_call = keys;
+    row.threads = threads;
     rows.push_back(row);
   };
   const std::pair<const char*, StoreShape> lookups[] = {
@@ -100,48 +165,128 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   std::int64_t sink = 0;
   for (const auto& [name, shape] : lookups) {
     const BlockIndex::View view = index.view(static_cast<Namespace>(shape));
+    const CountingSource counter(view);
+    for (std::int64_t r = 0; r < requests; ++r) {
+      sink += coordinator.find_longest_cache_hit(request_hashes(r), max_length, counter).hit_length;
+    }
     std::int64_t next = 0;
-    add(name, 1,
-        time_op(
-            [&] {
-              sink += coordinator.find_longest_cache_hit(request_hashes(next), max_length, view)
-                          .hit_length;
-              next = (next + 1) % requests;
-            },
-            min_seconds));
+    // Each call looks up the next stored request, so calls do not find the last one's lines.
+    const Timing t = time_op(
+        [&] {
+          sink +=
+              coordinator.find_longest_cache_hit(request_hashes(next), max_length, view).hit_length;
+          next = (next + 1) % requests;
+        },
+        min_seconds);
+    add(name, 1, t, static_cast<double>(counter.keys()) / static_cast<double>(requests), 0);
   }
   add("load_mask", 1,
-      time_op([&] { sink += coordinator.load_mask(n, max_length).hit_length; }, min_seconds));
+      time_op([&] { sink += coordinator.load_mask(n, max_length).hit_length; }, min_seconds),
+      std::nullopt, 0);
   add("store_mask", 1,
       time_op(
           [&] {
             sink += static_cast<std::int64_t>(
                 coordinator.store_mask(aligned, 0, workload.tokens).size());
           },
-          min_seconds));
+          min_seconds),
+      std::nullopt, 0);
   add("lookup_mask", 1,
       time_op([&] { sink += static_cast<std::int64_t>(coordinator.lookup_mask(aligned).size()); },
-              min_seconds));
-  // The batch API over every request at once, on all hardware threads.
-  std::vector<std::int64_t> offsets(static_cast<std::size_t>(requests) + 1);
-  for (std::int64_t r = 0; r <= requests; ++r) {
+              min_seconds),
+      std::nullopt, 0);
+  // The batch API: batches of batch_size requests, alternating between the first and the last
+  // batch_size stored requests, on one thread and then on two.
+  const std::int64_t b = std::min(batch_size > 0 ? batch_size : requests, requests);
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(b) + 1);
+  for (std::int64_t r = 0; r <= b; ++r) {
     offsets[static_cast<std::size_t>(r)] = r * n;
   }
-  const std::vector<std::int64_t> max_lengths(static_cast<std::size_t>(requests), max_length);
-  LookupBatch batch;
-  batch.digests = hashes;
-  batch.offsets = offsets;
-  batch.max_lengths = max_lengths;
+  const std::vector<std::int64_t> max_lengths(static_cast<std::size_t>(b), max_length);
+  LookupBatch batches[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::int64_t first = k == 0 ? 0 : requests - b;
+    batches[k].digests =
+        span<const BlockDigest>(hashes.data() + first * n, static_cast<std::size_t>(b * n));
+    batches[k].offsets = offsets;
+    batches[k].max_lengths = max_lengths;
+  }
   const BlockIndex::View full = index.view(static_cast<Namespace>(StoreShape::full));
-  add("batch_lookup_full_store", requests,
-      time_op([&] { sink += coordinator.find_longest_cache_hits(batch, full).hit_lengths[0]; },
-              min_seconds));
+  const CountingSource counter(full);
+  sink += coordinator.find_longest_cache_hits(batches[0], counter).hit_lengths[0];
+  for (const int threads : {1, 2}) {
+    BatchOptions options;
+    options.num_threads = threads;
+    int which = 0;
+    const Timing t = time_op(
+        [&] {
+          sink += coordinator.find_longest_cache_hits(batches[which], full, options).hit_lengths[0];
+          which ^= 1;
+        },
+        min_seconds);
+    add(threads == 1 ? "batch_lookup_full_store" : "batch_lookup_full_store_2threads", b, t,
+        static_cast<double>(counter.keys()), threads);
+  }
   // Publishing the results keeps the timed calls from being optimised away.
-  g_bench_sink.store(sink, std::memory_order_relaxed);
+  g_bench_sink.store(sink + static_cast<std::int64_t>(context.limit.checksum & 1U),
+                     std::memory_order_relaxed);
   return rows;
 }
 
-void print_rows(const std::vector<BenchRow>& rows, bool json) {
+/// Lookup rows beside the memory limit: keys probed per DRAM latency (how many of a call's keys
+/// are answered in the time of one dependent read) and the call's key rate as a percentage of
+/// the independent-read rate. Both sides are CPU time (the call's over all its threads, the
+/// limit's on one thread), so the ratios hold per core even on a shared machine.
+void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::json* line,
+                       std::string* text) {
+  if (!row.keys_per_call || !row.cpu_us || limit.dependent_ns <= 0) {
+    return;
+  }
+  const double ns_per_call = *row.cpu_us * 1e3;
+  const double per_latency = *row.keys_per_call * limit.dependent_ns / ns_per_call;
+  const double pct = 100.0 * *row.keys_per_call * limit.independent_ns / ns_per_call;
+  if (line != nullptr) {
+    (*line)["keys_per_call"] = *row.keys_per_call;
+    (*line)["keys_per_dram_latency"] = per_latency;
+    (*line)["pct_of_independent_reads"] = pct;
+  }
+  if (text != nullptr) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "  %6.0f keys  %5.2f keys/latency  %5.1f%% of indep.",
+                  *row.keys_per_call, per_latency, pct);
+    *text += buf;
+  }
+}
+
+void print_context(const Workload& workload, const CpuBenchContext& c, bool json) {
+  const MemoryLimit& l = c.limit;
+  if (json) {
+    nlohmann::json line = {{"workload", workload.name},
+                           {"backend", "cpu"},
+                           {"op", "memory_limit"},
+                           {"store_keys", c.store_keys},
+                           {"store_slots", c.store_slots},
+                           {"store_bytes", c.store_bytes},
+                           {"cycled_requests", c.cycled_requests},
+                           {"buffer_bytes", l.bytes},
+                           {"dependent_read_ns", l.dependent_ns},
+                           {"independent_read_ns", l.independent_ns},
+                           {"reads_in_flight", l.in_flight()}};
+    std::cout << line.dump() << "\n";
+    return;
+  }
+  std::printf(
+      "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
+      "%lld stored requests\n"
+      "# memory limit over a %.1f MiB buffer (thread CPU time): dependent random read %.1f ns, "
+      "independent %.2f ns (%.1f reads in flight)\n",
+      workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
+      static_cast<unsigned long long>(c.store_slots),
+      static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
+      static_cast<double>(l.bytes) / (1 << 20), l.dependent_ns, l.independent_ns, l.in_flight());
+}
+
+void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
   for (const BenchRow& row : rows) {
     if (json) {
       nlohmann::json line = {{"workload", row.workload},
@@ -157,23 +302,50 @@ void print_rows(const std::vector<BenchRow>& rows, bool json) {
       if (row.keys_per_s) {
         line["keys_per_s"] = *row.keys_per_s;
       }
+      if (row.p50_us) {
+        line["p50_us"] = *row.p50_us;
+        line["p99_us"] = *row.p99_us;
+        line["cpu_us"] = *row.cpu_us;
+      }
+      if (row.threads > 0) {
+        line["threads"] = row.threads;
+        line["us_per_request"] = row.us_per_call / static_cast<double>(row.requests);
+      }
+      if (limit != nullptr) {
+        add_limit_columns(row, *limit, &line, nullptr);
+      }
       std::cout << line.dump() << "\n";
       continue;
     }
     char text[256];
     std::snprintf(text, sizeof(text),
-                  "%-15s %-4s %-28s %6lld req %8lld tok %12.3f us/call %14.1f calls/s",
+                  "%-15s %-4s %-32s %6lld req %8lld tok %12.3f us/call %14.1f calls/s",
                   row.workload.c_str(), row.backend.c_str(), row.op.c_str(),
                   static_cast<long long>(row.requests), static_cast<long long>(row.tokens),
                   row.us_per_call, row.calls_per_s);
-    std::cout << text;
+    std::string out = text;
+    if (row.p50_us) {
+      std::snprintf(text, sizeof(text), "  p50 %.3f p99 %.3f cpu %.3f us", *row.p50_us, *row.p99_us,
+                    *row.cpu_us);
+      out += text;
+    }
+    if (row.threads > 0) {
+      std::snprintf(text, sizeof(text), "  %d thr %.3f us/req", row.threads,
+                    row.us_per_call / static_cast<double>(row.requests));
+      out += text;
+    }
     if (row.device_us) {
-      std::printf("  device %.3f us", *row.device_us);
+      std::snprintf(text, sizeof(text), "  device %.3f us", *row.device_us);
+      out += text;
     }
     if (row.keys_per_s) {
-      std::printf("  %.3g keys/s", *row.keys_per_s);
+      std::snprintf(text, sizeof(text), "  %.3g keys/s", *row.keys_per_s);
+      out += text;
     }
-    std::cout << std::endl;
+    if (limit != nullptr) {
+      add_limit_columns(row, *limit, nullptr, &out);
+    }
+    std::cout << out << std::endl;
   }
 }
 
@@ -194,14 +366,21 @@ void add_bench_command(CLI::App& app) {
                   "batch_lookup_full_store; GPU: requests per batch call")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
+  cmd->add_option("--batch", options->batch,
+                  "CPU: requests per batch call (default: --requests); batches alternate "
+                  "between the first and the last stored requests")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--tokens", options->tokens, "Prompt length (default 131072)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 26));
   cmd->add_option("--min-time", options->min_seconds, "Seconds spent timing each op")
-      ->check(CLI::Range(0.001, 600.0))
+      ->check(kFinite & CLI::Range(0.001, 600.0))
       ->capture_default_str();
   cmd->add_flag("--json", options->json,
                 "One JSON object per line: workload, backend, op, requests, tokens, "
-                "us_per_call, calls_per_s[, device_us, keys_per_s]");
+                "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
+                "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
+                "keys_per_dram_latency, pct_of_independent_reads], after one memory_limit "
+                "line (store size, dependent and independent random-read ns)");
   cmd->callback([options] {
     std::vector<std::string> names = options->workloads;
     if (names.empty()) {
@@ -209,11 +388,24 @@ void add_bench_command(CLI::App& app) {
     }
     for (const std::string& name : names) {
       const Workload workload = make_workload(name, options->tokens);
+      // Each request is its own hash chain, held at once: refuse what no machine could hold
+      // with a message, rather than a bare std::bad_alloc halfway through.
+      if (options->requests * workload.tokens > kMaxBenchTokens) {
+        throw InvalidArgument("bench: --requests " + std::to_string(options->requests) + " x " +
+                              std::to_string(workload.tokens) + " tokens is " +
+                              std::to_string(options->requests * workload.tokens) +
+                              " tokens in all; the limit is 2^32 (lower --requests or --tokens)");
+      }
+      if (options->backend == "gpu") {
+        print_rows(run_gpu_bench(workload, options->requests, options->min_seconds), options->json,
+                   nullptr);
+        continue;
+      }
+      CpuBenchContext context;
       const std::vector<BenchRow> rows =
-          options->backend == "gpu"
-              ? run_gpu_bench(workload, options->requests, options->min_seconds)
-              : run_cpu_bench(workload, options->requests, options->min_seconds);
-      print_rows(rows, options->json);
+          run_cpu_bench(workload, options->requests, options->batch, options->min_seconds, context);
+      print_context(workload, context, options->json);
+      print_rows(rows, options->json, &context.limit);
     }
   });
 }

@@ -57,6 +57,7 @@ void add_conformance_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
   cmd->add_option("--max-failures", options->max_failures_shown, "Failing cases printed per file")
+      ->check(kNonNegative)
       ->capture_default_str();
   cmd->add_option("paths", options->paths,
                   "Vector files or folders (default: $PREFIXHIT_VECTORS or the configured folder)");

@@ -260,9 +260,11 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--documents", options->documents, "Long documents served before the lookup")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{10000}))
       ->capture_default_str();
-  cmd->add_option("--seed", options->seed, "Seed of the synthetic prompts")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Seed of the synthetic prompts")
+      ->check(kNonNegative)
+      ->capture_default_str();
   cmd->add_option("--min-time", options->min_seconds, "Seconds spent measuring throughput")
-      ->check(CLI::Range(0.001, 600.0))
+      ->check(kFinite & CLI::Range(0.001, 600.0))
       ->capture_default_str();
   cmd->add_option("--rows", options->rows, "Table rows printed before eliding")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000}))

@@ -152,6 +152,7 @@ void add_index_command(CLI::App& app) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
       ->capture_default_str();
   save_cmd->add_option("--seed", save->seed, "Seed of the synthetic digests")
+      ->check(kNonNegative)
       ->capture_default_str();
   save_cmd->add_option("OUT", save->out, "Index file to write (replaced atomically)")->required();
   save_cmd->callback([save] { run_save(*save); });
@@ -162,7 +163,9 @@ void add_index_command(CLI::App& app) {
   load_cmd->add_option("FILE", load->file, "Index file")->required();
   load_cmd
       ->add_option("--max-capacity", load->max_capacity,
-                   "The index's slot limit (0: unbounded); a file that does not fit is an error")
+                   "The index's slot limit (0: unbounded, else 32 to 2^40); a file that does not "
+                   "fit is an error")
+      ->check(kNonNegative)
       ->capture_default_str();
   load_cmd->callback([load] { run_load(*load); });
 

@@ -1,6 +1,7 @@
 // prefixhit: conformance runner, benchmarks, the demo workload and index files.
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "host/cli/commands.hpp"
 #include "prefixhit/errors.hpp"
@@ -16,6 +17,7 @@ int run(int argc, char** argv) {
   prefixhit::cli::add_demo_command(app);
   prefixhit::cli::add_index_command(app);
   prefixhit::cli::add_route_bench_command(app);
+  prefixhit::cli::add_mirror_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
   } catch (const prefixhit::Error& e) {
     std::cerr << "prefixhit: error (" << prefixhit::to_string(e.kind()) << "): " << e.what()
               << "\n";
+  } catch (const std::bad_alloc&) {
+    std::cerr << "prefixhit: error: out of memory (std::bad_alloc): the sizes asked for need "
+                 "more memory than this machine allows\n";
   } catch (const std::exception& e) {
     std::cerr << "prefixhit: error: " << e.what() << "\n";
   } catch (...) {

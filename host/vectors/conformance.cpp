@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <new>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -77,7 +80,35 @@ std::string get_string(const json& object, const char* key) {
   return value.get<std::string>();
 }
 
-json lookup_masks_json(const LookupResult& result) {
+/// Mask entries (booleans) in an expected "masks" value; what a matching result can hold.
+std::size_t expected_mask_entries(const json& expect) {
+  const auto it = expect.find("masks");
+  if (it == expect.end() || !it->is_array()) {
+    return 0;
+  }
+  std::size_t total = 0;
+  for (const json& mask : *it) {
+    total += mask.is_array() ? mask.size() : 0;
+  }
+  return total;
+}
+
+/// A result larger than the expectation cannot match it, so it is not materialised as JSON
+/// (about 16 bytes per entry): a tiny vector asking for a 2^28-entry mask costs the engine's
+/// one byte per entry, not gigabytes. The placeholder names both sizes and never matches.
+json oversized_masks(std::size_t actual, std::size_t budget) {
+  return "<" + std::to_string(actual) + " mask entries, more than the " + std::to_string(budget) +
+         " the vector expects; not materialised>";
+}
+
+json lookup_masks_json(const LookupResult& result, std::size_t budget) {
+  std::size_t total = 0;
+  for (const GroupHit& hit : result.groups) {
+    total += static_cast<std::size_t>(std::max<std::int64_t>(hit.num_blocks, 0));
+  }
+  if (total > budget) {
+    return oversized_masks(total, budget);
+  }
   json masks = json::array();
   for (const GroupHit& hit : result.groups) {
     json list = json::array();
@@ -89,7 +120,14 @@ json lookup_masks_json(const LookupResult& result) {
   return masks;
 }
 
-json chunk_masks_json(const std::vector<ChunkMask>& masks) {
+json chunk_masks_json(const std::vector<ChunkMask>& masks, std::size_t budget) {
+  std::size_t total = 0;
+  for (const ChunkMask& mask : masks) {
+    total += mask.is_all() ? 0 : mask.keep->size();
+  }
+  if (total > budget) {
+    return oversized_masks(total, budget);
+  }
   json out = json::array();
   for (const ChunkMask& mask : masks) {
     if (mask.is_all()) {
@@ -109,6 +147,53 @@ json error_json(const Error& e) {
   return json{{"error", to_string(e.kind())}};
 }
 
+/// The result fields each op must state (unless it expects an error).
+const std::vector<std::string>& result_fields(const std::string& kind) {
+  static const std::vector<std::string> lookup = {"hit_length", "masks"};
+  static const std::vector<std::string> masks = {"masks"};
+  static const std::vector<std::string> length = {"length"};
+  static const std::vector<std::string> keys = {"keys"};
+  static const std::vector<std::string> none;
+  if (kind == "find_longest_cache_hit") {
+    return lookup;
+  }
+  if (kind == "load_mask" || kind == "store_mask" || kind == "lookup_mask") {
+    return masks;
+  }
+  if (kind == "align_lookup_length") {
+    return length;
+  }
+  if (kind == "chunk_keys") {
+    return keys;
+  }
+  return none;
+}
+
+/// What a successful construction's expect_config must state.
+const std::vector<std::string> kConfigFields = {"eagle_group_ids", "spec_groups",
+                                                "enable_partial_hash_hits", "lookup_alignment"};
+
+/// An expectation that can fail: an object naming an error kind, or stating every field of
+/// the result. null, {} or a partial object would let any result pass.
+void check_expectation(const json& expect, const std::vector<std::string>& fields,
+                       const std::string& what) {
+  if (!expect.is_object()) {
+    throw FormatError(what + " must be an object, got " + clip(expect.dump(), 80));
+  }
+  if (expect.contains("error")) {
+    if (!expect["error"].is_string()) {
+      throw FormatError(what + ".error must be a string, got " + clip(expect["error"].dump(), 80));
+    }
+    return;
+  }
+  for (const std::string& field : fields) {
+    if (!expect.contains(field)) {
+      throw FormatError(what + " must give '" + field + "' (or an 'error'), got " +
+                        clip(expect.dump(), 200));
+    }
+  }
+}
+
 /// Whether the actual value matches what the vector expects. Errors match on the kind alone.
 bool matches(const json& expect, const json& actual) {
   if (expect.is_object() && expect.contains("error")) {
@@ -125,35 +210,62 @@ bool matches(const json& expect, const json& actual) {
   return true;
 }
 
-json run_op(const json& op, const Coordinator& coordinator, const std::vector<BlockDigest>& hashes,
-            Backend& backend) {
+/// The group id of an `exists` entry, or nullopt for an id no KeySet group can have (beyond
+/// 32 bits): such a key never matches, so it is dropped rather than wrapped onto group 0.
+std::optional<int> exists_group_id(const json& id) {
+  if (id.is_number_unsigned()) {
+    const auto value = id.get<std::uint64_t>();
+    return value <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())
+               ? std::optional<int>(static_cast<int>(value))
+               : std::nullopt;
+  }
+  const auto value = id.get<std::int64_t>();
+  return value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max()
+             ? std::optional<int>(static_cast<int>(value))
+             : std::nullopt;
+}
+
+json run_op(const json& op, const json& expect, const Coordinator& coordinator,
+            const std::vector<BlockDigest>& hashes, Backend& backend) {
   const std::string kind = get_string(op, "op");
+  const std::size_t budget = expected_mask_entries(expect);
   try {
     if (kind == "find_longest_cache_hit") {
       KeySet store;
-      for (const json& entry : op.at("exists")) {
+      const json& exists = op.at("exists");
+      if (!exists.is_array()) {
+        throw FormatError("exists must be a list, got " + clip(exists.dump(), 80));
+      }
+      for (const json& entry : exists) {
         if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_integer() ||
             !entry[1].is_string()) {
-          throw FormatError("exists entries must be [group_id, \"hex\"], got " + entry.dump());
+          throw FormatError("exists entries must be [group_id, \"hex\"], got " +
+                            clip(entry.dump(), 200));
         }
-        store.insert(entry[0].get<int>(), parse_vector_digest(entry[1].get<std::string>()));
+        const BlockDigest key = parse_vector_digest(entry[1].get<std::string>());
+        if (const std::optional<int> group_id = exists_group_id(entry[0])) {
+          store.insert(*group_id, key);
+        }
       }
       const LookupResult result = backend.find_longest_cache_hit(
           coordinator, hashes, get_int(op, "max_length"), store, get_bool(op, "apply_eagle"));
-      return json{{"hit_length", result.hit_length}, {"masks", lookup_masks_json(result)}};
+      return json{{"hit_length", result.hit_length}, {"masks", lookup_masks_json(result, budget)}};
     }
     if (kind == "load_mask") {
       const LookupResult result = backend.load_mask(coordinator, hashes, get_int(op, "token_len"));
-      return json{{"masks", lookup_masks_json(result)}};
+      return json{{"masks", lookup_masks_json(result, budget)}};
     }
     if (kind == "store_mask") {
-      return json{{"masks", chunk_masks_json(coordinator.store_mask(
-                                get_int(op, "aligned_token_len"), get_int(op, "start_token"),
-                                get_optional_int(op, "num_prompt_tokens")))}};
+      return json{{"masks", chunk_masks_json(
+                                coordinator.store_mask(get_int(op, "aligned_token_len"),
+                                                       get_int(op, "start_token"),
+                                                       get_optional_int(op, "num_prompt_tokens")),
+                                budget)}};
     }
     if (kind == "lookup_mask") {
       return json{
-          {"masks", chunk_masks_json(coordinator.lookup_mask(get_int(op, "aligned_token_len")))}};
+          {"masks",
+           chunk_masks_json(coordinator.lookup_mask(get_int(op, "aligned_token_len")), budget)}};
     }
     if (kind == "align_lookup_length") {
       return json{{"length", coordinator.align_lookup_length(get_int(op, "length"))}};
@@ -232,6 +344,7 @@ GroupSpec parse_group_spec(const json& group) {
   spec.kind = parse_group_kind(get_string(group, "kind"));
   spec.block_size = get_int(group, "block_size");
   spec.eagle = group.contains("eagle") && get_bool(group, "eagle");
+  json identity = json::object();  // every other field: part of spec equality (SEMANTICS.md 2.1)
   for (const auto& [key, value] : group.items()) {
     if (key == "kind" || key == "block_size" || key == "eagle") {
       continue;
@@ -250,9 +363,19 @@ GroupSpec parse_group_spec(const json& group) {
       spec.mamba_cache_mode = parse_mamba_cache_mode(get_string(group, "mamba_cache_mode"));
     } else if (key == "state_dim") {
       spec.state_dim = get_int(group, "state_dim");
+    } else if (key == "extra_retained_tokens") {
+      spec.extra_retained_tokens = get_int(group, "extra_retained_tokens");
+    } else if (key == "bounded_replay") {
+      spec.bounded_replay = get_bool(group, "bounded_replay");
+    } else if (const std::string_view typo = spec_field_typo(key); !typo.empty()) {
+      throw FormatError("group field '" + key + "' looks like a misspelling of '" +
+                        std::string(typo) + "' in " + clip(group.dump(), 200));
     } else {
-      throw FormatError("unknown group field '" + key + "' in " + clip(group.dump(), 200));
+      identity[key] = value;
     }
+  }
+  if (!identity.empty()) {
+    spec.identity = identity.dump();  // keys sorted, compact: equal fields give equal text
   }
   return spec;
 }
@@ -263,10 +386,20 @@ Config parse_config(const json& config) {
       throw FormatError("config must be an object");
     }
     Config out;
+    if (const auto it = config.find("semantics"); it != config.end()) {
+      out.semantics = parse_semantics(get_string(config, "semantics"));
+    }
     out.hash_block_size = get_int(config, "hash_block_size");
     out.scheduler_block_size = get_int(config, "scheduler_block_size");
     out.use_eagle = get_bool(config, "use_eagle");
     out.retention_interval = get_optional_int(config, "retention_interval");
+    // An input under vllm-0.33 (SEMANTICS.md 11.1); derived and informational under pr49069.
+    if (out.semantics == Semantics::vllm_0_33) {
+      if (const auto it = config.find("enable_partial_hash_hits");
+          it != config.end() && !it->is_null()) {
+        out.enable_partial_hash_hits = get_bool(config, "enable_partial_hash_hits");
+      }
+    }
     const json& groups = config.at("groups");
     if (!groups.is_array()) {
       throw FormatError("config.groups must be a list");
@@ -289,6 +422,18 @@ CaseResult run_case(const json& test_case, Backend& backend) {
                       ? test_case["name"].get<std::string>()
                       : std::string("<unnamed>");
     const json& expect_config = test_case.at("expect_config");
+    check_expectation(expect_config, kConfigFields, "expect_config");
+    const json& ops = test_case.at("ops");
+    if (!ops.is_array()) {
+      throw FormatError("ops must be a list, got " + clip(ops.dump(), 80));
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (!ops[i].is_object()) {
+        throw FormatError("op " + std::to_string(i) + " must be an object");
+      }
+      check_expectation(ops[i].at("expect"), result_fields(get_string(ops[i], "op")),
+                        "op " + std::to_string(i) + " expect");
+    }
     const Config config = parse_config(test_case.at("config"));
     std::optional<Coordinator> coordinator;
     try {
@@ -327,11 +472,10 @@ CaseResult run_case(const json& test_case, Backend& backend) {
         hashes.push_back(parse_vector_digest(hex.get<std::string>()));
       }
     }
-    const json& ops = test_case.at("ops");
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const json& op = ops[i];
       const json expect = normalise_expect(get_string(op, "op"), op.at("expect"));
-      const json actual = run_op(op, *coordinator, hashes, backend);
+      const json actual = run_op(op, expect, *coordinator, hashes, backend);
       if (!matches(expect, actual)) {
         result.detail = "op " + std::to_string(i) + " " + clip(describe_op(op), 300) +
                         ": expected " + clip(expect.dump()) + ", got " + clip(actual.dump());
@@ -339,6 +483,9 @@ CaseResult run_case(const json& test_case, Backend& backend) {
       }
     }
     result.passed = true;
+  } catch (const std::bad_alloc&) {
+    result.passed = false;
+    result.detail = "case needs more memory than is available (std::bad_alloc)";
   } catch (const std::exception& e) {
     result.passed = false;
     result.detail = std::string("malformed case: ") + e.what();
@@ -346,7 +493,44 @@ CaseResult run_case(const json& test_case, Backend& backend) {
   return result;
 }
 
+namespace {
+
+/// The deepest nesting of lists and objects in `text` (outside strings), scanned without
+/// recursion so that a document nested 100 000 levels deep is refused before the JSON library
+/// recurses over it. Stops counting past `limit`.
+std::size_t nesting_depth(const std::string& text, std::size_t limit) {
+  std::size_t depth = 0;
+  std::size_t deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // skip the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) {
+        return deepest;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 json parse_document(const std::string& text, const std::string& origin) {
+  if (nesting_depth(text, kMaxVectorNesting) > kMaxVectorNesting) {
+    throw FormatError(origin + ": nested more than " + std::to_string(kMaxVectorNesting) +
+                      " levels deep; a conformance document needs far fewer");
+  }
   json doc;
   try {
     doc = json::parse(text);
@@ -360,6 +544,9 @@ json parse_document(const std::string& text, const std::string& origin) {
   if (doc.contains("format") && doc["format"] != "prefixhit-conformance/1") {
     throw FormatError(origin + ": unsupported format " + clip(doc["format"].dump(), 80) +
                       " (expected \"prefixhit-conformance/1\")");
+  }
+  if (doc["cases"].empty()) {
+    throw FormatError(origin + ": no cases (a vector file must hold at least one)");
   }
   return doc;
 }
@@ -393,6 +580,9 @@ std::vector<std::string> collect_vector_files(const std::vector<std::string>& pa
         if (entry.is_regular_file() && entry.path().extension() == ".json") {
           found.push_back(entry.path().string());
         }
+      }
+      if (found.empty()) {
+        throw IoError("vector folder '" + path + "' holds no *.json files");
       }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());

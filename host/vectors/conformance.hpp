@@ -63,11 +63,17 @@ GroupSpec parse_group_spec(const nlohmann::json& group);
 CaseResult run_case(const nlohmann::json& test_case, Backend& backend);
 /// Loads and runs one vector file. Throws FormatError / IoError if the file cannot be read.
 FileResult run_file(const std::string& path, Backend& backend);
-/// Parses a whole vector document from text. Throws FormatError naming the problem.
+/// The deepest list/object nesting a vector document may have (real ones use about 6).
+inline constexpr std::size_t kMaxVectorNesting = 64;
+
+/// Parses a whole vector document from text. Throws FormatError naming the problem: not JSON,
+/// nested deeper than kMaxVectorNesting (checked before parsing), not a conformance document,
+/// or no cases. Every case must state real expectations (an error kind, or every result field):
+/// run_case reports null, {} or partial expectations, and "ops" that is not a list, as failures.
 nlohmann::json parse_document(const std::string& text, const std::string& origin);
 
 /// Files named by `paths` (files as given, folders expanded to their *.json, sorted).
-/// Throws IoError for a path that does not exist.
+/// Throws IoError for a path that does not exist or a folder without *.json files.
 std::vector<std::string> collect_vector_files(const std::vector<std::string>& paths);
 
 /// The default vectors folder: $PREFIXHIT_VECTORS if set, else the configured one.

@@ -17,11 +17,16 @@ using Namespace = std::uint32_t;
 /// Namespaces are 24-bit so that namespace and group id pack into one 32-bit word per slot.
 inline constexpr Namespace kMaxNamespace = (1U << 24) - 1;
 
+/// The most slots an index may be asked for (initial_capacity, max_capacity): 2^40.
+inline constexpr std::uint64_t kMaxIndexSlots = std::uint64_t{1} << 40;
+/// The smallest max_load_factor accepted; below it a 32-slot bucket would hold no key at all.
+inline constexpr double kMinMaxLoadFactor = 0.01;
+
 struct BlockIndexOptions {
-  std::size_t initial_capacity = 1 << 16;  ///< slots reserved up front
-  double max_load_factor = 0.8;            ///< grow (rehash) past this, in (0, 0.95]
-  std::size_t max_capacity = 0;            ///< 0: unbounded; else grow no further, then fail
-  std::uint64_t seed = 0;                  ///< 0: a random seed (hash flooding resistance)
+  std::size_t initial_capacity = 1 << 16;  ///< slots reserved up front, at most kMaxIndexSlots
+  double max_load_factor = 0.8;            ///< grow (rehash) past this, in [0.01, 0.95]
+  std::size_t max_capacity = 0;  ///< 0: unbounded; else at most kMaxIndexSlots, grow no further
+  std::uint64_t seed = 0;        ///< 0: a random seed (hash flooding resistance)
 };
 
 /// Layout and hashing: open addressing over buckets of 32 slots with an 8-bit tag per slot
@@ -107,6 +112,12 @@ class BlockIndex {
     std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                         std::int64_t step, int count) const override;
     std::size_t digest_size() const noexcept override { return digest_size_; }
+    /// Every window's keys in one software-pipelined pass under one shared lock: each key's
+    /// bucket and then its candidate slot are prefetched a fixed distance ahead, so many cache
+    /// misses are in flight at once (a lookup's ~600 keys cost about the memory system's
+    /// random-read throughput, not 600 dependent round trips).
+    void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override;
+    bool prefers_probe_many() const noexcept override { return true; }
 
    private:
     const BlockIndex* index_;

@@ -16,7 +16,7 @@ namespace prefixhit {
 struct LookupBatch {
   span<const BlockDigest> digests;
   span<const std::int64_t> offsets;      ///< num_requests + 1 entries, non-decreasing, from 0
-  span<const std::int64_t> max_lengths;  ///< one per request, 0 <= max_length < (n+1)*H
+  span<const std::int64_t> max_lengths;  ///< one per request, 0 <= max_length <= 2^40
   span<const std::uint8_t> apply_eagle;  ///< one per request, or empty for "true" everywhere
 
   std::size_t num_requests() const noexcept { return offsets.empty() ? 0 : offsets.size() - 1; }
@@ -59,6 +59,8 @@ struct KeyPlan {
 };
 
 /// The store's answers to a KeyPlan: present[i] says whether plan entry i is in the store.
+/// The answers keep the plan's keys: a lookup whose hashes differ from them at a planned index
+/// (answers of one request used for another) throws InvalidArgument instead of a false hit.
 /// Its digest width is the plan's.
 class PlanAnswers final : public ExistenceSource {
  public:
@@ -71,7 +73,9 @@ class PlanAnswers final : public ExistenceSource {
   std::int64_t num_hashes_;
   int num_groups_;
   std::size_t digest_size_;
-  std::vector<std::uint8_t> table_;  ///< [group][hash index]
+  std::vector<std::uint8_t> table_;    ///< [group][hash index]
+  std::vector<BlockDigest> keys_;      ///< [hash index]: the plan's key there
+  std::vector<std::uint8_t> planned_;  ///< [hash index]: 1 if the plan reads that index
 };
 
 class Coordinator {
@@ -88,6 +92,7 @@ class Coordinator {
   /// Sorted member ids of EAGLE-flagged spec groups.
   const std::vector<int>& eagle_group_ids() const noexcept { return eagle_group_ids_; }
   bool enable_partial_hash_hits() const noexcept { return plan_.partial; }
+  Semantics semantics() const noexcept { return config_.semantics; }
   /// A: H with partial hits, else S.
   std::int64_t lookup_alignment() const noexcept { return plan_.alignment; }
   /// The device-copyable plan the finders (CPU and CUDA) run on.
@@ -103,7 +108,9 @@ class Coordinator {
                                       std::int64_t block_size) const;
 
   /// The longest prefix hit for one request (SEMANTICS.md 5). Throws InvalidArgument unless
-  /// 0 <= max_length < (hashes.size()+1)*H, or the finder error kinds of SEMANTICS.md 4.
+  /// 0 <= max_length <= 2^40, or the finder error kinds of SEMANTICS.md 4. A max_length past
+  /// the hashes behaves as in the reference: full attention stops at the last hash; a window,
+  /// chunked-local or Mamba finder that would index past the hash list throws InvalidArgument.
   /// Digest width: `store` must hold keys of Config::digest_size (ExistenceSource::digest_size),
   /// and every hash the lookup reads must be of that width (zero bytes past it), else
   /// InvalidArgument naming the store's width or the hash.
@@ -116,7 +123,9 @@ class Coordinator {
 
   /// Which chunks of each group a save of tokens [start_token, aligned_token_len) writes
   /// (SEMANTICS.md 7). Throws UnalignedLength unless aligned_token_len is a multiple of A, and
-  /// InvalidArgument for negative values or a mask longer than 2^28 chunks.
+  /// InvalidArgument for negative lengths or a mask longer than 2^28 chunks. num_prompt_tokens
+  /// must not be negative under pr49069; vllm-0.33 takes any value >= -2^40 (the reference
+  /// floors the boundaries, SEMANTICS.md 11.7).
   std::vector<ChunkMask> store_mask(std::int64_t aligned_token_len, std::int64_t start_token = 0,
                                     std::optional<std::int64_t> num_prompt_tokens = {}) const;
   /// store_mask with start_token 0, no retention interval and no prompt length.
@@ -137,7 +146,7 @@ class Coordinator {
  private:
   std::vector<ChunkMask> masks(std::int64_t aligned_len, std::int64_t start_token,
                                std::optional<std::int64_t> num_prompt_tokens,
-                               std::optional<std::int64_t> retention_interval) const;
+                               std::optional<std::int64_t> retention_interval, bool store) const;
 
   Config config_;
   std::vector<SpecGroup> spec_groups_;

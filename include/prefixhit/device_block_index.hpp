@@ -6,7 +6,7 @@
 // double hashing over buckets. docs/design/device-index.md explains the layout and its costs.
 //
 // This header compiles with a plain C++17 compiler: it does not include cuda_runtime.h, and the
-// device-only members are guarded by __CUDACC__.
+// device-only members are guarded by PREFIXHIT_CUDA_SOURCE (detail/hd.hpp).
 #pragma once
 
 #include <cstddef>
@@ -24,7 +24,7 @@ using cudaStream_t = CUstream_st*;
 
 namespace prefixhit {
 
-#if defined(__CUDACC__)
+#if PREFIXHIT_CUDA_SOURCE
 namespace detail {
 /// Device loads for find_slot_with: one 32-byte tag sector as two 16-byte loads, digests as two
 /// 16-byte loads, all through the read-only data cache (the table is not written while a
@@ -64,7 +64,7 @@ struct DeviceBlockIndexRef {
   std::uint64_t bucket_mask = 0;
   detail::IndexHashKey hash_key{};
 
-#if defined(__CUDACC__)
+#if PREFIXHIT_CUDA_SOURCE
   /// Whether (ns, group_id, key) is in the index, `key` a digest of `digest_size` bytes (8, 16
   /// or 32; bytes past it must be zero, else it is never present). A hit has compared the tag,
   /// the namespace, the group id, the width and all 32 digest bytes. A namespace above
@@ -97,7 +97,7 @@ struct DeviceAllocator {
 
 struct DeviceBlockIndexOptions {
   std::size_t initial_capacity = std::size_t{1} << 20;  ///< slots reserved up front
-  double max_load_factor = 0.8;                         ///< grow (rehash) past this, in (0, 0.95]
+  double max_load_factor = 0.8;                         ///< grow past this, in [0.01, 0.95]
   std::size_t max_capacity = 0;  ///< 0: unbounded; else grow no further, then fail
   std::uint64_t seed = 0;        ///< 0: a random seed (hash flooding resistance)
   DeviceAllocator allocator;     ///< empty: cudaMalloc

@@ -1,6 +1,7 @@
 // Existence sources: where a lookup learns which (group id, key) pairs the store holds.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -8,6 +9,16 @@
 #include "prefixhit/types.hpp"
 
 namespace prefixhit {
+
+/// One run of keys for ExistenceSource::probe_many: (group_id, hashes[first + k*step]) for
+/// k < count (count <= 64).
+struct ProbeWindow {
+  const BlockDigest* hashes;
+  std::int64_t first;
+  std::int64_t step;
+  int group_id;
+  int count;
+};
 
 /// The store as a lookup sees it. Implementations: KeySet (a caller-supplied set), the resident
 /// BlockIndex (through BlockIndex::view) and PlanAnswers (a remote store's batch answer).
@@ -23,11 +34,34 @@ class ExistenceSource {
   /// The width (8, 16 or 32 bytes) of the keys this source holds and the hashes it is probed
   /// with. A coordinator refuses a source whose width is not its Config::digest_size.
   virtual std::size_t digest_size() const noexcept { return BlockDigest::kSize; }
+
+  /// out[w] = probe(windows[w]...) for every w < n. Lookups hand a request's (or a batch's)
+  /// whole probe set here at once, so a source can overlap the memory accesses of all of them
+  /// (BlockIndex::View does); the default answers them one by one.
+  /// Whether lookups should fetch their whole probe set up front through probe_many. That set is
+  /// guessed (every key present until answers say otherwise), so it may hold keys a
+  /// window-by-window lookup would never ask about: worth it where one overlapped pass over
+  /// memory is the cost (BlockIndex::View), not where each key costs a call (callbacks, remote
+  /// stores) or is already cheap. Default false.
+  virtual bool prefers_probe_many() const noexcept { return false; }
+
+  virtual void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const {
+    for (std::size_t w = 0; w < n; ++w) {
+      out[w] = probe(windows[w].group_id, windows[w].hashes, windows[w].first, windows[w].step,
+                     windows[w].count);
+    }
+  }
 };
 
 /// A caller-supplied set of (group id, key) pairs: the store content of a conformance vector, or
 /// a runtime's own view of its store. Any group id is accepted; ids outside the configuration
 /// simply never match. A set holds keys of one digest width (8, 16 or 32 bytes).
+///
+/// Hashing: all 32 digest bytes and the group id, under a secret drawn once per process, so
+/// crafted digests cannot flood one bucket. Thread safety: any number of concurrent readers and
+/// writers; an internal reader-writer lock is taken once per call (once per probe window), so a
+/// lookup running while another thread inserts sees each window whole, either before or after
+/// each insert. Moving or destroying a KeySet while other threads use it is not allowed.
 class KeySet final : public ExistenceSource {
  public:
   /// Throws InvalidArgument unless digest_size is 8, 16 or 32.

@@ -70,8 +70,24 @@ typedef enum prefixhit_group_kind {
   PREFIXHIT_SLIDING_WINDOW = 2,
   PREFIXHIT_SLIDING_WINDOW_MLA = 3,
   PREFIXHIT_CHUNKED_LOCAL = 4,
-  PREFIXHIT_MAMBA = 5
+  PREFIXHIT_MAMBA = 5,
+  PREFIXHIT_CIRCULAR_BUFFER = 6 /* vllm-0.33 only; never prefix-cacheable */
 } prefixhit_group_kind;
+
+/* The reference release to reproduce (SEMANTICS.md 11). Zero is pr49069. */
+typedef enum prefixhit_semantics {
+  PREFIXHIT_SEMANTICS_PR49069 = 0,
+  PREFIXHIT_SEMANTICS_VLLM_0_33 = 1
+} prefixhit_semantics;
+
+/* Partial hash hits: AUTO (zero) derives them (pr49069: rule 1.3; vllm-0.33: the engine rule,
+ * prefixhit_partial_hits_rule); OFF / ON set them (vllm-0.33), or must agree with rule 1.3
+ * (pr49069, else PREFIXHIT_STATUS_INVALID_CONFIG). */
+typedef enum prefixhit_partial_hits {
+  PREFIXHIT_PARTIAL_AUTO = 0,
+  PREFIXHIT_PARTIAL_OFF = 1,
+  PREFIXHIT_PARTIAL_ON = 2
+} prefixhit_partial_hits;
 
 typedef enum prefixhit_mamba_cache_mode {
   PREFIXHIT_MAMBA_NONE = 0,
@@ -92,6 +108,12 @@ typedef struct prefixhit_group_spec {
   int64_t attention_chunk_size;
   prefixhit_mamba_cache_mode mamba_cache_mode;
   int64_t state_dim;
+  /* vllm-0.33: window kinds' extra retained tokens; sliding_window_mla's bounded replay. */
+  int64_t extra_retained_tokens;
+  int bounded_replay;
+  /* Every other field of the real spec as canonical text (compact JSON, sorted keys), compared
+   * byte for byte for spec equality; NULL or "" is none. */
+  const char* identity;
 } prefixhit_group_spec;
 
 /* retention_interval: PREFIXHIT_NO_RETENTION_INTERVAL for the reference's None. */
@@ -110,7 +132,16 @@ typedef struct prefixhit_config {
    * coordinator takes (hashes, batch digests) is num_digests * digest_size bytes, and its store
    * must hold keys of this width (a key set created with it; a block index is read at it). */
   size_t digest_size;
+  prefixhit_semantics semantics;
+  prefixhit_partial_hits enable_partial_hash_hits;
 } prefixhit_config;
+
+/* vLLM 0.33's engine rule for partial hash hits (SEMANTICS.md 11.1): *out = 1 or 0.
+ * dcp_world_size is the decode-context-parallel world size (1 without DCP). */
+PREFIXHIT_API prefixhit_status prefixhit_partial_hits_rule(const prefixhit_group_spec* groups,
+                                                           size_t num_groups,
+                                                           int64_t hash_block_size,
+                                                           int64_t dcp_world_size, int* out);
 
 /* ---- handles ------------------------------------------------------------------------------- */
 
@@ -171,6 +202,8 @@ PREFIXHIT_API prefixhit_status prefixhit_key_set_insert(prefixhit_key_set* set, 
 PREFIXHIT_API prefixhit_status prefixhit_key_set_size(const prefixhit_key_set* set, size_t* out);
 
 /* The resident CPU block index. options may be NULL for the defaults. */
+/* Bounds (else PREFIXHIT_STATUS_INVALID_ARGUMENT): max_load_factor in [0.01, 0.95],
+ * max_capacity 0 or in [32, 2^40] slots; initial_capacity above 2^40 is CAPACITY_EXCEEDED. */
 typedef struct prefixhit_block_index_options {
   size_t initial_capacity; /* 0: the default (65536 slots) */
   double max_load_factor;  /* 0: the default (0.8) */
@@ -211,8 +244,12 @@ PREFIXHIT_API prefixhit_status prefixhit_block_index_size(const prefixhit_block_
                                                           size_t* out);
 
 /* A lookup's store: exactly one of key_set / block_index is non-NULL. `ns` is the block index
- * namespace (ignored for a key set). A block index is read at the coordinator's digest_size; a
- * key set must have been created with it (else PREFIXHIT_STATUS_INVALID_ARGUMENT). */
+ * namespace (ignored for a key set); above 2^24 - 1 it is PREFIXHIT_STATUS_INVALID_ARGUMENT, as
+ * in prefixhit_block_index_contains. A block index is read at the coordinator's digest_size; a
+ * key set must have been created with it (else PREFIXHIT_STATUS_INVALID_ARGUMENT). A key set may
+ * be written by one thread while others look it up (it locks internally). Every digest count
+ * (num_keys, num_hashes, num_digests) is at most 2^40 per call; a larger one is
+ * PREFIXHIT_STATUS_INVALID_ARGUMENT. */
 typedef struct prefixhit_store {
   const prefixhit_key_set* key_set;
   const prefixhit_block_index* block_index;
@@ -281,6 +318,65 @@ PREFIXHIT_API prefixhit_status prefixhit_chunk_masks_get(const prefixhit_chunk_m
                                                          int32_t group_id, int64_t* first_chunk,
                                                          int64_t* end_chunk, int* is_all,
                                                          const uint8_t** keep);
+
+/* ---- event mirror ---------------------------------------------------------------------------
+ * A block index kept in sync from KV-event streams (ZeroMQ PUB endpoints, msgpack payloads) on
+ * the mirror's own threads; lookups on the index may run meanwhile. docs/mirror.md describes the
+ * formats, gaps/replay and the counters. In builds without ZeroMQ/msgpack-cxx,
+ * prefixhit_mirror_available() is 0 and prefixhit_mirror_create returns UNAVAILABLE. */
+
+typedef struct prefixhit_mirror prefixhit_mirror;
+
+typedef enum prefixhit_event_format {
+  PREFIXHIT_EVENTS_VLLM = 0,    /* vLLM KV events */
+  PREFIXHIT_EVENTS_MOONCAKE = 1 /* Mooncake master events (vLLM store keys in object_key) */
+} prefixhit_event_format;
+
+typedef struct prefixhit_mirror_options {
+  prefixhit_event_format format;
+  const char* const* endpoints; /* num_endpoints PUB endpoints, e.g. "tcp://127.0.0.1:5557" */
+  size_t num_endpoints;
+  const char* const* replay_endpoints; /* ROUTER replay endpoint per endpoint; NULL/"": none */
+  size_t num_replay_endpoints;         /* 0 .. num_endpoints */
+  uint32_t ns;                         /* index namespace the keys go to */
+  const char* topic;                   /* subscription prefix; NULL: every topic */
+  size_t queue_capacity;               /* 0: the default (4096 messages) */
+  int32_t replay_timeout_ms;           /* 0: the default (1000) */
+  /* Mooncake: a key counts while every rank namespace of tp x pcp x dcp x pp holds it
+   * (0 counts as 1); keys of another model (model non-NULL and non-empty) or cache prefix
+   * (cache_prefix non-NULL; "" = keys without one) are ignored. */
+  int32_t tp_size, pcp_size, dcp_size, pp_size;
+  const char* model;
+  const char* cache_prefix;
+} prefixhit_mirror_options;
+
+typedef struct prefixhit_mirror_stats {
+  uint64_t messages, events_stored, events_removed, events_cleared;
+  uint64_t hashes_stored, hashes_removed;
+  uint64_t malformed_messages, malformed_events, failed_events, foreign_keys;
+  uint64_t gaps, missed_messages, replays, replayed_messages, resyncs, duplicates;
+  uint64_t backpressure, queue_depth;
+  int has_seq;       /* 1 once a message has been applied */
+  uint64_t last_seq; /* valid when has_seq */
+  double lag_ms, max_lag_ms;
+  uint64_t keys;       /* keys present per the mirror */
+  uint64_t index_keys; /* keys in the index (all namespaces) */
+} prefixhit_mirror_stats;
+
+PREFIXHIT_API int prefixhit_mirror_available(void);
+/* Starts a mirror into `index`, which must outlive it. */
+PREFIXHIT_API prefixhit_status prefixhit_mirror_create(const prefixhit_mirror_options* options,
+                                                       prefixhit_block_index* index,
+                                                       prefixhit_mirror** out);
+/* Stops (joins the threads) and frees. */
+PREFIXHIT_API void prefixhit_mirror_destroy(prefixhit_mirror* mirror);
+PREFIXHIT_API prefixhit_status prefixhit_mirror_stop(prefixhit_mirror* mirror);
+PREFIXHIT_API prefixhit_status prefixhit_mirror_get_stats(const prefixhit_mirror* mirror,
+                                                          prefixhit_mirror_stats* out);
+/* *reached = 1 once a message with sequence >= seq has been applied, 0 after timeout_s. */
+PREFIXHIT_API prefixhit_status prefixhit_mirror_wait_for_seq(const prefixhit_mirror* mirror,
+                                                             uint64_t seq, double timeout_s,
+                                                             int* reached);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -103,19 +103,27 @@ enum class GroupKind : std::uint8_t {
   sliding_window_mla,
   chunked_local,
   mamba,
+  circular_buffer,  ///< vllm-0.33 only; never prefix-cacheable (SEMANTICS.md 11.2)
 };
+
+/// Which reference release the coordinator reproduces: vLLM PR #49069 (SEMANTICS.md 1-9) or
+/// the vLLM 0.33.0 release (SEMANTICS.md 11). Spelled "pr49069" and "vllm-0.33".
+enum class Semantics : std::uint8_t { pr49069, vllm_0_33 };
 
 /// Mamba state caching mode; `align` with block_size > H turns on partial hash hits.
 enum class MambaCacheMode : std::uint8_t { none, align, all };
 
 const char* to_string(GroupKind kind) noexcept;
 const char* to_string(MambaCacheMode mode) noexcept;
+const char* to_string(Semantics semantics) noexcept;
+/// Parses "pr49069" or "vllm-0.33" (also "vllm_0_33"); throws InvalidArgument otherwise.
+Semantics parse_semantics(std::string_view name);
 /// Parses a kind name ("full_attention", ...); throws InvalidArgument for an unknown name.
 GroupKind parse_group_kind(std::string_view name);
 MambaCacheMode parse_mamba_cache_mode(std::string_view name);
 
 /// One KV-cache group's spec. Every field except `eagle` takes part in spec equality, so two
-/// groups merge into one spec group only when all of them agree (SEMANTICS.md 2.1).
+/// groups merge into one spec group only when all of them agree (SEMANTICS.md 2.1, 11.4).
 struct GroupSpec {
   GroupKind kind = GroupKind::full_attention;
   std::int64_t block_size = 0;
@@ -129,9 +137,25 @@ struct GroupSpec {
   std::optional<std::int64_t> attention_chunk_size;
   MambaCacheMode mamba_cache_mode = MambaCacheMode::none;
   std::int64_t state_dim = 0;  ///< only distinguishes Mamba specs
+  /// vllm-0.33, window kinds: tokens kept beyond the window; the coverage window
+  /// sliding_window + extra_retained_tokens replaces the window everywhere (SEMANTICS.md 11.2).
+  std::int64_t extra_retained_tokens = 0;
+  /// vllm-0.33, sliding_window_mla only: true makes the group not prefix-cacheable.
+  bool bounded_replay = false;
+  /// Every other field of the real spec (head_size_v, compress_ratio, page_size_padded, Mamba
+  /// shapes and dtypes ...) as canonical text: compact JSON of an object with sorted keys, e.g.
+  /// {"head_size_v":128}. Empty means none. Only compared, byte for byte, never interpreted.
+  std::string identity;
 
-  /// Spec equality: everything but `eagle`, including the kind.
-  bool same_spec(const GroupSpec& other) const noexcept;
+  /// Spec equality: everything but `eagle`, including the kind and the identity. Under
+  /// vllm-0.33 the window kinds compare the coverage window instead of sliding_window and
+  /// extra_retained_tokens separately (SEMANTICS.md 11.4).
+  bool same_spec(const GroupSpec& other, Semantics semantics = Semantics::pr49069) const noexcept;
+  /// Whether lookups use this group (SEMANTICS.md 11.3): not a circular buffer and not a
+  /// bounded-replay sliding_window_mla group.
+  bool prefix_cacheable() const noexcept;
+  /// sliding_window + extra_retained_tokens (0 without a window).
+  std::int64_t coverage_window() const noexcept;
 
   static GroupSpec full_attention(std::int64_t block_size, bool eagle = false);
   static GroupSpec mla_attention(std::int64_t block_size, bool eagle = false);
@@ -142,10 +166,28 @@ struct GroupSpec {
   static GroupSpec chunked_local(std::int64_t block_size, std::int64_t chunk_size,
                                  bool eagle = false);
   static GroupSpec mamba(std::int64_t block_size, MambaCacheMode mode, bool eagle = false);
+  static GroupSpec circular_buffer(std::int64_t block_size, bool eagle = false);
 };
+
+/// The GroupSpec field names of the dict / JSON form, in declaration order.
+span<const std::string_view> spec_field_names() noexcept;
+/// For a field name that is not a known spec field: the known field it most likely misspells
+/// (same letters up to case and '-'/'_', or within a small edit distance), or empty when it looks
+/// like a genuine extra field of the real spec, which then goes into the identity. Names of real
+/// vLLM spec fields that happen to be close to a known one (head_size_v, dtypes) are never typos.
+std::string_view spec_field_typo(std::string_view name) noexcept;
+
+/// vLLM 0.33's engine rule for the partial-hits flag (SEMANTICS.md 11.1): true iff there is
+/// more than one group, some Mamba `align` group has block_size > H (>= H when dcp > 1), and
+/// every prefix-cacheable window or chunked-local group has block_size * dcp == H. Throws
+/// InvalidArgument unless H > 0 and dcp >= 1.
+bool partial_hits_rule(span<const GroupSpec> groups, std::int64_t hash_block_size,
+                       std::int64_t dcp_world_size = 1);
 
 /// The coordinator's configuration. Validated by the Coordinator constructor.
 struct Config {
+  /// The reference release to reproduce. pr49069 keeps every earlier result unchanged.
+  Semantics semantics = Semantics::pr49069;
   std::int64_t hash_block_size = 16;       ///< H
   std::int64_t scheduler_block_size = 16;  ///< S: a common multiple of every block size
   bool use_eagle = false;                  ///< speculative decoding with an EAGLE/MTP drafter
@@ -154,6 +196,10 @@ struct Config {
   /// Bytes per block hash: 8, 16 or 32 (BlockDigest). Lookups, chunk keys and key plans take
   /// digests of this width, and stores must hold keys of this width.
   std::size_t digest_size = BlockDigest::kSize;
+  /// Partial (fine-grained) hash hits. vllm-0.33: the coordinator's input, nullopt meaning
+  /// partial_hits_rule(groups, H). pr49069: derived by rule 1.3; a given value must agree with
+  /// the rule (InvalidConfig otherwise), so a caller can state what it expects.
+  std::optional<bool> enable_partial_hash_hits;
 };
 
 /// Merged groups with equal specs, in processing order (full attention first).

@@ -20,17 +20,23 @@ runs many requests in one call on numpy arrays.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from . import errors
 from ._core import (
     BatchLookupResult,
     BlockIndex,
     Coordinator,
+    EventMirror,
     GroupSpec,
     KeyPlan,
     KeySet,
+    Mask,
     PlanAnswers,
     build_info,
     hash_prompt,
+    mirror_available,
+    partial_hits_rule,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -51,6 +57,9 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+# A Mask stands for a list of bools: let isinstance(mask, Sequence) say so.
+Sequence.register(Mask)
+
 __all__ = [
     "BackendUnavailableError",
     "BatchLookupResult",
@@ -58,12 +67,14 @@ __all__ = [
     "CapacityExceededError",
     "Coordinator",
     "CudaError",
+    "EventMirror",
     "FormatError",
     "GroupSpec",
     "InvalidArgumentError",
     "InvalidConfigError",
     "KeyPlan",
     "KeySet",
+    "Mask",
     "PlanAnswers",
     "PrefixhitError",
     "PrefixhitIOError",
@@ -76,5 +87,7 @@ __all__ = [
     "build_info",
     "errors",
     "hash_prompt",
+    "mirror_available",
+    "partial_hits_rule",
     "__version__",
 ]

@@ -4,7 +4,8 @@ Generated with `python -m nanobind.stubgen -m prefixhit._core`, then given the a
 below. tests/python/test_packaging.py checks that every public name of the module is here.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import overload
 
 import numpy
 
@@ -16,6 +17,29 @@ from ._types import SpecGroup
 Digests = Sequence[bytes] | numpy.ndarray | bytes | bytearray | memoryview
 #: A 1-D integer array or a sequence of ints.
 IntArray = Sequence[int] | numpy.ndarray
+
+class Mask(Sequence[bool]):
+    """
+    A read-only sequence of bools, equal to the reference's mask list, built without creating a Python object per element. Indexing, slicing (a list), iteration, len(), count(), index(), `in` and == against lists behave as on the list; list(mask) or mask.tolist() expands it. Not hashable, like a list.
+    """
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> bool: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[bool]: ...
+    def __iter__(self) -> Iterator[bool]: ...
+    def __reversed__(self) -> Iterator[bool]: ...
+    def __contains__(self, value: object) -> bool: ...
+    def count(self, value: object) -> int: ...
+    def index(self, value: object) -> int: ...  # type: ignore[override]
+    def tolist(self) -> list[bool]:
+        """The mask as a plain list of bools."""
+    def __reduce__(self) -> tuple[type[list[bool]], tuple[list[bool]]]:
+        """Pickled and copied as a plain list."""
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
 
 class GroupSpec:
     """
@@ -37,9 +61,12 @@ class GroupSpec:
         attention_chunk_size: int | None = None,
         mamba_cache_mode: str = "none",
         state_dim: int = 0,
+        extra_retained_tokens: int = 0,
+        bounded_replay: bool = False,
+        identity: Mapping[str, object] | str | None = None,
     ) -> None:
         """
-        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError.
+        Builds a spec. Fields a kind does not use keep their defaults; the coordinator rejects missing required ones (a window for sliding_window kinds, a chunk size for chunked_local) with InvalidConfigError. extra_retained_tokens and bounded_replay are vllm-0.33 fields (SEMANTICS.md 11.2). identity: every other field of the real spec, as a dict (canonicalised) or canonical JSON text; it takes part in equality.
         """
 
     @staticmethod
@@ -71,9 +98,21 @@ class GroupSpec:
     def mamba_cache_mode(self) -> str: ...
     @property
     def state_dim(self) -> int: ...
-    def same_spec(self, other: GroupSpec) -> bool:
+    @property
+    def extra_retained_tokens(self) -> int: ...
+    @property
+    def bounded_replay(self) -> bool: ...
+    @property
+    def identity(self) -> str:
+        """Canonical JSON text of the spec's other fields ('' when none)."""
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """False for circular buffers and bounded-replay window-MLA groups (11.3)."""
+
+    def same_spec(self, other: GroupSpec, semantics: str = "pr49069") -> bool:
         """
-        Spec equality: every field but ``eagle``, the kind included (the merge rule).
+        Spec equality: every field but ``eagle``, the kind and identity included (the merge rule). Under 'vllm-0.33' window kinds compare the coverage window.
         """
 
     def __eq__(self, other: object) -> bool: ...
@@ -81,6 +120,13 @@ class GroupSpec:
     def __repr__(self) -> str: ...
     def __getstate__(self) -> dict[str, object]: ...
     def __setstate__(self, arg: dict[str, object], /) -> None: ...
+
+def partial_hits_rule(
+    groups: Sequence[GroupSpec | Mapping[str, object]], hash_block_size: int, dcp_world_size: int = 1
+) -> bool:
+    """
+    vLLM 0.33's engine rule for enable_partial_hash_hits (SEMANTICS.md 11.1): more than one group, a Mamba 'align' group with block_size > H (>= H with DCP), and every prefix-cacheable window or chunked-local group with block_size * dcp == H.
+    """
 
 class KeySet:
     """
@@ -242,6 +288,8 @@ class Coordinator:
         retention_interval: int | None = None,
         *,
         digest_size: int = 32,
+        semantics: str = "pr49069",
+        enable_partial_hash_hits: bool | None = None,
     ) -> None:
         """
         groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like the vectors' group objects (kind, block_size, eagle, sliding_window, attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).
@@ -250,6 +298,9 @@ class Coordinator:
         use_eagle: speculative decoding with an EAGLE/MTP drafter is on.
         retention_interval: None, 0 or a positive token count (store masks only).
         digest_size: bytes per block hash, 8, 16 or 32 (vLLM's sha256 hashes are 32, xxhash 16, KV events' integer hashes 8). Every digest argument must have it, and a store must hold keys of it.
+        semantics: 'pr49069' (vLLM PR #49069) or 'vllm-0.33' (the vLLM 0.33.0 release, SEMANTICS.md 11).
+        enable_partial_hash_hits: vllm-0.33: the coordinator's input, None for partial_hits_rule(groups, hash_block_size); pr49069: derived from the groups, and a given value must agree (InvalidConfigError otherwise).
+        Group dicts may carry any other field of the real spec: it takes part in spec equality (GroupSpec.identity); a near-miss of a known field name is an error.
         """
 
     @staticmethod
@@ -295,6 +346,10 @@ class Coordinator:
         """
 
     @property
+    def semantics(self) -> str:
+        """'pr49069' or 'vllm-0.33': the reference release this coordinator reproduces."""
+
+    @property
     def lookup_alignment(self) -> int:
         """A: hash_block_size with partial hits, else scheduler_block_size."""
 
@@ -314,31 +369,56 @@ class Coordinator:
         *,
         apply_eagle: bool = True,
         namespace: int = 0,
-    ) -> tuple[list[list[bool]], int]:
+        lazy: bool = False,
+    ) -> tuple[Sequence[Sequence[bool]], int]:
         """
         The longest prefix of the request present in `store` (SEMANTICS.md 5).
 
+        A list of bytes is read lazily: only the digests the lookup probes are converted (and checked); each one read stays referenced until the call returns. lazy=True returns a tuple of Mask objects (equal to the lists) instead of a list of lists.
+
         block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 array).
-        max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.
+        max_length: tokens to consider, 0 <= max_length <= 2**40. Past the hashes, full attention stops at the last hash and a window, chunked-local or Mamba group that would index past the hash list raises InvalidArgumentError, as the reference does.
         store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) pairs, probed in place; an iterable of pairs (converted); a KeySet; a BlockIndex (with `namespace`); or PlanAnswers from key_plan().
         apply_eagle: apply the EAGLE drop (the receive path passes False).
 
         Returns (masks, hit_length): masks[group_id] lists the group's blocks, False for a placeholder and True for a block to load. Raises the finder errors (UnsupportedLookupError subclasses) and InvalidArgumentError (a ValueError) for a max_length out of range.
         """
 
-    def load_mask(self, block_hashes: Digests | int, token_len: int) -> list[list[bool]]:
+    def find_longest_cache_hit_length(
+        self,
+        block_hashes: Digests,
+        max_length: int,
+        store: Store,
+        *,
+        apply_eagle: bool = True,
+        namespace: int = 0,
+    ) -> int:
+        """
+        find_longest_cache_hit's hit_length alone: no mask is built.
+        """
+
+    def load_mask(
+        self, block_hashes: Digests | int, token_len: int, *, lazy: bool = False
+    ) -> Sequence[Sequence[bool]]:
         """
         Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup against a store holding every key, without the EAGLE drop. Only the number of hashes matters, so an int count is accepted too.
         """
 
     def store_mask(
-        self, aligned_token_len: int, start_token: int = 0, num_prompt_tokens: int | None = None
-    ) -> list[list[bool] | None]:
+        self,
+        aligned_token_len: int,
+        start_token: int = 0,
+        num_prompt_tokens: int | None = None,
+        *,
+        lazy: bool = False,
+    ) -> Sequence[Sequence[bool] | None]:
         """
         Which chunks of each group a save of tokens [start_token, aligned_token_len) writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError unless aligned_token_len is a multiple of lookup_alignment.
         """
 
-    def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]:
+    def lookup_mask(
+        self, aligned_token_len: int, *, lazy: bool = False
+    ) -> Sequence[Sequence[bool] | None]:
         """
         store_mask with start_token 0, no retention interval and no prompt length: the chunks a lookup may find.
         """
@@ -407,6 +487,43 @@ class BatchLookupResult:
 
     def __repr__(self) -> str: ...
 
+class EventMirror:
+    """
+    Keeps a BlockIndex true to a store from its KV-event streams (ZeroMQ PUB + msgpack), on its own threads: format='vllm' (BlockStored/BlockRemoved/AllBlocksCleared, tagged maps or positional arrays, hashes as bytes or 64-bit ints) or format='mooncake' (object keys in vLLM's store key format; a key counts only while every rank namespace in `ranks` holds it). Gaps and late joins are filled from the replay endpoint, else the mirror clears and resyncs. Bad messages are counted and skipped.
+    """
+
+    def __init__(
+        self,
+        index: BlockIndex,
+        endpoints: Sequence[str],
+        *,
+        format: str = "vllm",
+        replay: Sequence[str] = [],
+        namespace: int = 0,
+        topic: str = "",
+        queue_capacity: int = 4096,
+        replay_timeout_ms: int = 1000,
+        ranks: Sequence[tuple[int, int, int, int]] = [],
+        model: str = "",
+        cache_prefix: str | None = None,
+    ) -> None: ...
+    def stats(self) -> dict[str, object]:
+        """Counters: messages, events_stored/removed/cleared, gaps, replays, resyncs, malformed_messages/events, lag_ms, keys, last_seq, ..."""
+
+    def wait_for_seq(self, seq: int, timeout: float = 5.0) -> bool:
+        """Waits until a message with sequence >= seq has been applied; False on timeout."""
+
+    def stop(self) -> None:
+        """Stops ingesting and closes the sockets (idempotent). The index keeps its keys."""
+
+    @property
+    def running(self) -> bool: ...
+    def __enter__(self) -> EventMirror: ...
+    def __exit__(self, exc_type: object | None, exc: object | None, tb: object | None) -> None: ...
+
+def mirror_available() -> bool:
+    """Whether this build has EventMirror (ZeroMQ and msgpack-cxx were found at build time)."""
+
 def build_info() -> dict[str, object]:
     """
     What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work) and 'device' (the device, or why there is none).
@@ -426,3 +543,39 @@ Store = (
     | BlockIndex
     | PlanAnswers
 )
+
+# ---- Mooncake store keys and remote mode (store.cpp; prefixhit.store drives them) ----------
+
+class StoreLayout:
+    """How a deployment names its Mooncake store keys: cache prefix, model name and, per KV-cache group, the rank namespaces a block must be in."""
+
+    def __init__(self, coordinator: Coordinator, model_name: str, *, cache_prefix: str = "", tp_size: int = 1, pcp_size: int = 1, dcp_size: int = 1, pp_size: int = 1, num_kv_heads: int = 1, namespaces: Sequence[Sequence[tuple[int, int, int, int]]] | None = None) -> None: ...
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def cache_prefix(self) -> str: ...
+    @property
+    def namespaces(self) -> list[list[tuple[int, int, int, int]]]: ...
+    def key(self, group_id: int, digest: bytes, namespace: tuple[int, int, int, int] | None = None) -> str: ...
+    def keys(self, group_id: int, digest: bytes) -> list[str]: ...
+
+def parse_store_key(key: str) -> dict[str, object] | None:
+    """Takes a vLLM Mooncake store key apart (cache_prefix, model_name, namespace, has_group, group_id, digest), or None."""
+
+class RemoteLookup:
+    """One remote lookup of a batch, round by round."""
+
+    @staticmethod
+    def batch(coordinator: Coordinator, layout: StoreLayout, digests: Digests, offsets: IntArray, max_lengths: IntArray, *, apply_eagle: IntArray | None = None, multi_round: bool = False, max_rounds: int = 6) -> RemoteLookup: ...
+    @staticmethod
+    def worker(coordinator: Coordinator, layout: StoreLayout, digests: Digests, offsets: IntArray, num_tokens: IntArray, *, multi_round: bool = False, max_rounds: int = 6) -> RemoteLookup: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def pending_keys(self) -> list[str]: ...
+    def answer(self, results: IntArray) -> None: ...
+    @property
+    def stats(self) -> dict[str, object]: ...
+    def result(self, *, gpu: bool = False) -> BatchLookupResult: ...
+    def hit_lengths(self) -> list[int]: ...
+    def presence_table(self) -> numpy.ndarray: ...

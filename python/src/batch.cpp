@@ -59,7 +59,7 @@ Namespace batch_namespace(nb::handle value) {
 PyBatchResult host_batch(const Coordinator& c, nb::handle digests, nb::handle offsets,
                          nb::handle max_lengths, nb::handle store, nb::handle apply_eagle,
                          nb::handle ns, int num_threads) {
-  const Digests d(digests, "digests", DigestShape::sequence_or_flat, c.config().digest_size);
+  Digests d(digests, "digests", DigestShape::sequence_or_flat, c.config().digest_size);
   const IntArray<std::int64_t> offs(offsets, "offsets");
   const std::size_t requests = offs.size() == 0 ? 0 : offs.size() - 1;
   const IntArray<std::int64_t> lengths(max_lengths, "max_lengths", /*allow_scalar=*/true);

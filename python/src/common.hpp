@@ -6,9 +6,11 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prefixhit/block_index.hpp"
@@ -57,39 +59,88 @@ enum class DigestShape {
   sequence_or_flat,
 };
 
-/// Digests taken from Python: borrowed when the input is a suitable buffer, else copied.
-/// For a list or tuple of `bytes`, `items` keeps the original objects so that a Python-set
-/// store can be probed without building new bytes objects.
+/// Digests taken from Python: borrowed when the input is a suitable buffer (the buffer export
+/// keeps it alive and unresizable), else copied while the GIL is held.
+///
+/// A list or tuple of `bytes` is read one of two ways:
+///  - eagerly (the default): every digest is copied now, and `item(i)` gives the original
+///    `bytes` objects (strong references held here, so a store cannot free them under us);
+///  - lazily (`lazy = true`, single lookups): nothing is read up front. `data()` is a scratch
+///    array whose entry i is filled by `fetch(i)`, which must be called with the GIL held before
+///    entry i is read. Only the digests a lookup probes are ever converted (a few hundred of the
+///    32768 of a long prompt), and each one read is kept referenced until the end of the call.
 class Digests {
  public:
   /// `width`: the digest size in bytes (8, 16 or 32); items must be exactly that long, arrays
   /// [n, width]; narrower digests are zero-padded into BlockDigest's 32-byte form.
   Digests(nb::handle obj, const char* name, DigestShape shape,
-          std::size_t width = BlockDigest::kSize);
+          std::size_t width = BlockDigest::kSize, bool lazy = false);
+  ~Digests();
+  Digests(const Digests&) = delete;
+  Digests& operator=(const Digests&) = delete;
   span<const BlockDigest> view() const noexcept { return {data_, size_}; }
   std::size_t width() const noexcept { return width_; }
   std::size_t size() const noexcept { return size_; }
   const BlockDigest* data() const noexcept { return data_; }
-  /// Original `bytes` items (borrowed from `keep_`), or empty.
-  const std::vector<PyObject*>& items() const noexcept { return items_; }
+  bool is_lazy() const noexcept { return lazy_; }
+  /// Whether `item(i)` can give the original `bytes` objects: an eager list/tuple of bytes, or
+  /// a lazy one after keep_items().
+  bool has_items() const noexcept { return lazy_items_ != nullptr || !items_.empty(); }
+  /// The original `bytes` object of digest i (a reference held by this object), or nullptr when
+  /// that item was another bytes-like object. Lazy mode: only after fetch(i).
+  PyObject* item(std::size_t i) const noexcept {
+    return lazy_items_ != nullptr ? lazy_items_[i] : items_[i];
+  }
+  /// Lazy mode: also remember each fetched item's object, for item() (a Python-set store
+  /// probes with the caller's own `bytes`, whose hash is cached).
+  void keep_items();
+  /// Lazy mode: converts digest i into the scratch array if not done yet (GIL held). False,
+  /// with a Python error set, for a bad item or when the sequence shrank below i during the
+  /// call (a store that mutates the request's hash list).
+  bool fetch(std::size_t i) const;
+  /// Lazy mode: hints the CPU to load the list slots and objects of digests first,
+  /// first+step, ... (count of them) so that their cache misses overlap instead of queueing up
+  /// one fetch at a time. Reads nothing it could fault on (GIL held).
+  void prefetch(std::int64_t first, std::int64_t step, int count) const noexcept;
+  /// Lazy mode, native stores: copies digests first, first+step, ... (count of them) into
+  /// out[0..count), holding the GIL, prefetching the run first. False with a Python error set
+  /// for a bad item.
+  bool gather(std::int64_t first, std::int64_t step, int count, BlockDigest* out) const;
 
  private:
   void from_buffer(const char* name, DigestShape shape);
   void from_sequence(nb::handle obj, const char* name);
+  void lazy_sequence(nb::handle obj, const char* name);
 
   std::size_t width_ = BlockDigest::kSize;
 
   Buffer buffer_;
   nb::object keep_;
   std::vector<BlockDigest> owned_;
-  std::vector<PyObject*> items_;
+  mutable std::vector<PyObject*> items_;  // strong references (eager), or borrowed from held_
   const BlockDigest* data_ = nullptr;
   std::size_t size_ = 0;
+  // Lazy mode.
+  bool lazy_ = false;
+  std::string name_;
+  struct FreeDeleter {
+    void operator()(void* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<BlockDigest, FreeDeleter> own_scratch_;  // when the thread's buffer is busy
+  BlockDigest* scratch_ = nullptr;  // uninitialised; entry i valid once fetched
+  bool thread_scratch_ = false;     // scratch_ is this thread's reusable buffer (released in dtor)
+  std::unique_ptr<PyObject*, FreeDeleter> own_items_;
+  PyObject** lazy_items_ =
+      nullptr;  // keep_items(): entry i valid once fetched (borrowed from held_)
+  mutable std::vector<std::uint64_t> fetched_;  // bitmap over the n digests
+  mutable std::vector<PyObject*> held_;         // strong references to the items read
 };
 
-/// A 1-D integer argument: borrowed when the buffer already has type T, else converted with
-/// range checks. Accepts buffers (numpy arrays, array.array), sequences of ints and, when
-/// `allow_scalar`, a single int (broadcast later by the caller; see `scalar()`).
+/// A 1-D integer argument, always copied (with range checks) while the GIL is held: another
+/// thread may write the caller's array during a call that has released the GIL, and the small
+/// offset/length arrays are validated once and then trusted. Accepts buffers (numpy arrays,
+/// array.array), sequences of ints and, when `allow_scalar`, a single int (broadcast later by the
+/// caller; see `scalar()`).
 template <class T>
 class IntArray {
  public:
@@ -99,8 +150,6 @@ class IntArray {
   const std::optional<T>& scalar() const noexcept { return scalar_; }
 
  private:
-  Buffer buffer_;
-  nb::object keep_;
   std::vector<T> owned_;
   std::optional<T> scalar_;
   const T* data_ = nullptr;
@@ -182,17 +231,38 @@ class PyContainsSource final : public ExistenceSource {
   mutable bool failed_ = false;
 };
 
+/// A native store probed with a lazily read hash list: fetches (converts) every digest a probe
+/// asks for, holding the GIL, then asks the store. A bad item stops further probing; `check()`
+/// re-raises its Python error.
+class LazyDigestSource final : public ExistenceSource {
+ public:
+  LazyDigestSource(const ExistenceSource& inner, const Digests& digests)
+      : inner_(inner), digests_(digests) {}
+  std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                      std::int64_t step, int count) const override;
+  void check() const;
+
+ private:
+  const ExistenceSource& inner_;
+  const Digests& digests_;
+  mutable bool failed_ = false;
+};
+
 /// Whatever store argument a lookup was given, as an ExistenceSource.
 class ResolvedStore {
  public:
-  ResolvedStore(nb::handle store, Namespace ns, const Digests& digests);
+  ResolvedStore(nb::handle store, Namespace ns, Digests& digests);
   const ExistenceSource& source() const noexcept { return *source_; }
-  /// True when the source touches Python objects (the GIL must stay held, one thread).
-  bool needs_gil() const noexcept { return contains_.has_value(); }
+  /// True when the source touches Python objects (the GIL must stay held, one thread): a
+  /// Python container, or a hash list read lazily.
+  bool needs_gil() const noexcept { return contains_.has_value() || lazy_.has_value(); }
   /// Re-raises a Python error met while probing.
   void check() const {
     if (contains_) {
       contains_->check();
+    }
+    if (lazy_) {
+      lazy_->check();
     }
   }
 
@@ -200,6 +270,7 @@ class ResolvedStore {
   const ExistenceSource* source_ = nullptr;
   std::optional<KeySet> built_;
   std::optional<PyContainsSource> contains_;
+  std::optional<LazyDigestSource> lazy_;
   std::optional<BlockIndex::View> view_;
 };
 
@@ -246,11 +317,30 @@ nb::object owned_array(std::vector<T>&& values, std::initializer_list<std::size_
 /// A 1-D numpy bool array that owns `values` (0 or 1 each).
 nb::object owned_bool_array(std::vector<std::uint8_t>&& values);
 
+/// prefixhit.Mask (masks.cpp): a lazily expanded list of bools. Either a run of `num_blocks`
+/// entries whose first `num_placeholders` are False (a lookup's block mask), or `bytes`.
+struct PyMask {
+  std::int64_t num_blocks = 0;
+  std::int64_t num_placeholders = 0;
+  std::shared_ptr<const std::vector<std::uint8_t>> bytes;
+  std::int64_t size() const noexcept { return num_blocks; }
+  bool at(std::int64_t i) const noexcept;
+};
+/// A tuple of Mask, one per group id, for a lookup result.
+nb::tuple lazy_lookup_masks(const LookupResult& result);
+/// A tuple of (None | Mask), one per group id, for store/lookup masks (moves the bytes).
+nb::tuple lazy_chunk_masks(std::vector<ChunkMask>&& masks);
+void bind_masks(nb::module_& m);
+
 // ---- specs ------------------------------------------------------------------------------------
 
 /// A GroupSpec from a prefixhit.GroupSpec or a dict shaped like the vectors' group objects.
 /// `where` names the argument in messages, e.g. "groups[2]".
 GroupSpec spec_from_object(nb::handle obj, const std::string& where);
+/// "pr49069" / "vllm-0.33" -> Semantics; TypeError for a non-str, InvalidConfigError otherwise.
+Semantics semantics_from(nb::handle value);
+/// Compact, key-sorted JSON text of a dict of extra spec fields (GroupSpec::identity).
+std::string canonical_identity(nb::handle fields, const std::string& where);
 /// The vector-style dict of a spec (fields that are unset are left out).
 nb::dict spec_to_dict(const GroupSpec& spec);
 

@@ -1,5 +1,6 @@
 // Input conversion for the bindings: digests, integer arrays, stores, and result lists.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -48,9 +49,34 @@ bool is_unsigned_format(char c) {
   return std::strchr("BHILQN?", c) != nullptr;
 }
 
+/// Whether a buffer's struct format names the other byte order than this machine's
+/// (numpy ">i8" exports ">q"; '=' and '@' are native, '<' little and '>' / '!' big).
+bool foreign_byte_order(const char* format) {
+  if (format == nullptr) {
+    return false;
+  }
+  const std::uint16_t probe = 1;
+  std::uint8_t first = 0;
+  std::memcpy(&first, &probe, 1);
+  const bool little = first == 1;
+  return (*format == '<' && !little) || ((*format == '>' || *format == '!') && little);
+}
+
+template <class U>
+U maybe_swap(U v, bool swap) {
+  if (!swap) {
+    return v;
+  }
+  U out = 0;
+  for (std::size_t b = 0; b < sizeof(U); ++b) {
+    out = static_cast<U>((out << 8) | ((v >> (8 * b)) & 0xFF));
+  }
+  return out;
+}
+
 /// Reads element i of an integer buffer as int64 (unsigned values above INT64_MAX saturate so
-/// the range check rejects them).
-std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i) {
+/// the range check rejects them). `swap`: the buffer is in the other byte order.
+std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i, bool swap) {
   const auto* p =
       static_cast<const std::uint8_t*>(view.buf) + i * static_cast<std::size_t>(view.itemsize);
   switch (view.itemsize) {
@@ -62,16 +88,19 @@ std::int64_t read_int(const Py_buffer& view, bool is_signed, std::size_t i) {
     case 2: {
       std::uint16_t v;
       std::memcpy(&v, p, 2);
+      v = maybe_swap(v, swap);
       return is_signed ? static_cast<std::int16_t>(v) : v;
     }
     case 4: {
       std::uint32_t v;
       std::memcpy(&v, p, 4);
+      v = maybe_swap(v, swap);
       return is_signed ? static_cast<std::int32_t>(v) : static_cast<std::int64_t>(v);
     }
     default: {
       std::uint64_t v;
       std::memcpy(&v, p, 8);
+      v = maybe_swap(v, swap);
       if (is_signed) {
         return static_cast<std::int64_t>(v);
       }
@@ -171,12 +200,59 @@ bool is_cuda_array(nb::handle obj) {
 
 // ---- Digests -----------------------------------------------------------------------------------
 
-Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width)
+namespace {
+
+/// One reusable lazy-digest scratch buffer per thread.
+struct ThreadScratch {
+  void* buffer = nullptr;
+  std::size_t capacity = 0;
+  void* items = nullptr;
+  std::size_t items_capacity = 0;
+  bool busy = false;
+  ThreadScratch() = default;
+  ThreadScratch(const ThreadScratch&) = delete;
+  ThreadScratch& operator=(const ThreadScratch&) = delete;
+  ~ThreadScratch() {
+    std::free(buffer);
+    std::free(items);
+  }
+};
+
+/// Grows `buffer` (uninitialised contents) to at least `bytes`.
+void* reserve(void*& buffer, std::size_t& capacity, std::size_t bytes) {
+  if (capacity < bytes) {
+    void* raw = std::malloc(bytes);
+    if (raw == nullptr) {
+      throw std::bad_alloc();
+    }
+    std::free(buffer);
+    buffer = raw;
+    capacity = bytes;
+  }
+  return buffer;
+}
+
+ThreadScratch& thread_scratch() {
+  thread_local ThreadScratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+// ---- (digest conversion)
+// --------------------------------------------------------------------------------
+
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width,
+                 bool lazy)
     : width_(width) {
   check_digest_size(width, name);
   PyObject* o = obj.ptr();
   if (PyList_Check(o) || PyTuple_Check(o)) {
-    from_sequence(obj, name);
+    if (lazy) {
+      lazy_sequence(obj, name);
+    } else {
+      from_sequence(obj, name);
+    }
     return;
   }
   if ((PyBytes_Check(o) || PyByteArray_Check(o)) && shape == DigestShape::sequence) {
@@ -265,9 +341,22 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
   owned_.resize(static_cast<std::size_t>(n));
-  items_.resize(static_cast<std::size_t>(n));
+  items_.assign(static_cast<std::size_t>(n), nullptr);
   bool all_bytes = true;
   const auto k = static_cast<Py_ssize_t>(width_);
+  // A throwing constructor runs no destructor: drop the references taken so far ourselves.
+  struct Unwind {
+    std::vector<PyObject*>& items;
+    bool armed = true;
+    ~Unwind() {
+      if (armed) {
+        for (PyObject*& item : items) {
+          Py_XDECREF(item);
+          item = nullptr;
+        }
+      }
+    }
+  } unwind{items_};
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = items[i];
     auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
@@ -277,6 +366,7 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       if (len == k) {
         std::memcpy(out, PyBytes_AS_STRING(item), k);
       }
+      Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
       items_[static_cast<std::size_t>(i)] = item;
     } else {
       all_bytes = false;
@@ -295,11 +385,202 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
                   " bytes, got " + std::to_string(len));
     }
   }
-  if (!all_bytes) {
+  if (!all_bytes) {  // keep the references only when every item is a bytes object
+    for (PyObject* item : items_) {
+      Py_XDECREF(item);
+    }
     items_.clear();
   }
+  unwind.armed = false;
   data_ = owned_.data();
   size_ = owned_.size();
+}
+
+void Digests::lazy_sequence(nb::handle obj, const char* name) {
+  keep_ = nb::borrow(obj);  // the list itself: its entries are read (and checked) under the GIL
+  lazy_ = true;
+  name_ = name;
+  size_ = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(obj.ptr()));
+  if (size_ == 0) {
+    return;
+  }
+  fetched_.assign((size_ + 63) / 64, 0);
+  // Uninitialised on purpose: only the entries a lookup probes are ever written or read. A
+  // long prompt's scratch is 1 MiB: reuse one per thread, so its pages are not faulted in
+  // again on every call (a nested lookup from a store's Python code gets its own buffer).
+  ThreadScratch& mine = thread_scratch();
+  const std::size_t bytes = size_ * sizeof(BlockDigest);
+  if (!mine.busy) {
+    scratch_ = static_cast<BlockDigest*>(reserve(mine.buffer, mine.capacity, bytes));
+    mine.busy = true;
+    thread_scratch_ = true;
+  } else {
+    void* raw = std::malloc(bytes);
+    if (raw == nullptr) {
+      throw std::bad_alloc();
+    }
+    own_scratch_.reset(static_cast<BlockDigest*>(raw));
+    scratch_ = own_scratch_.get();
+  }
+  data_ = scratch_;
+}
+
+void Digests::keep_items() {
+  if (!lazy_ || lazy_items_ != nullptr || size_ == 0) {
+    return;
+  }
+  // Uninitialised like the digest scratch: entry i is written by fetch(i) before any read.
+  const std::size_t bytes = size_ * sizeof(PyObject*);
+  if (thread_scratch_) {
+    ThreadScratch& mine = thread_scratch();
+    lazy_items_ = static_cast<PyObject**>(reserve(mine.items, mine.items_capacity, bytes));
+  } else {
+    void* raw = std::malloc(bytes);
+    if (raw == nullptr) {
+      throw std::bad_alloc();
+    }
+    own_items_.reset(static_cast<PyObject**>(raw));
+    lazy_items_ = own_items_.get();
+  }
+}
+
+void Digests::prefetch(std::int64_t first, std::int64_t step, int count) const noexcept {
+  PyObject* seq = keep_.ptr();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** slots = PySequence_Fast_ITEMS(seq);
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t i = first + k * step;
+    if (i >= 0 && i < n) {
+      __builtin_prefetch(&slots[i]);
+    }
+  }
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t i = first + k * step;
+    if (i >= 0 && i < n &&
+        (fetched_[static_cast<std::size_t>(i) / 64] &
+         (std::uint64_t{1} << (static_cast<std::size_t>(i) % 64))) == 0) {
+      const char* object = reinterpret_cast<const char*>(slots[i]);
+      __builtin_prefetch(object);
+      __builtin_prefetch(object + offsetof(PyBytesObject, ob_sval));
+      __builtin_prefetch(&scratch_[i], 1);
+    }
+  }
+}
+
+bool Digests::gather(std::int64_t first, std::int64_t step, int count, BlockDigest* out) const {
+  PyObject* seq = keep_.ptr();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** slots = PySequence_Fast_ITEMS(seq);
+  const auto k = static_cast<Py_ssize_t>(width_);
+  // Start every miss of the run before waiting on any (list slots, then the objects).
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t i = first + j * step;
+    if (i >= 0 && i < n) {
+      __builtin_prefetch(&slots[i]);
+    }
+  }
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t i = first + j * step;
+    if (i >= 0 && i < n) {
+      const char* object = reinterpret_cast<const char*>(slots[i]);
+      __builtin_prefetch(object);
+      __builtin_prefetch(object + offsetof(PyBytesObject, ob_sval));
+    }
+  }
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t i = first + j * step;
+    // No Python code runs while a native store is probed (the GIL is held throughout), so
+    // the list cannot change under this loop: the bytes are copied without a reference.
+    PyObject* item = i >= 0 && i < n ? slots[i] : nullptr;
+    if (item != nullptr && PyBytes_Check(item) && PyBytes_GET_SIZE(item) == k) {
+      std::memcpy(out[j].bytes.data(), PyBytes_AS_STRING(item), static_cast<std::size_t>(k));
+      if (static_cast<std::size_t>(k) < BlockDigest::kSize) {
+        std::memset(out[j].bytes.data() + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
+      }
+      continue;
+    }
+    // Anything else (another bytes-like object, a bad item, an index past the end) takes the
+    // checked path, which converts it or sets the error.
+    if (i < 0 || !fetch(static_cast<std::size_t>(i))) {
+      if (i < 0) {
+        PyErr_SetString(PyExc_IndexError, "negative digest index");
+      }
+      return false;
+    }
+    out[j] = scratch_[i];
+  }
+  return true;
+}
+
+bool Digests::fetch(std::size_t i) const {
+  std::uint64_t& word = fetched_[i / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+  if ((word & bit) != 0) {
+    return true;
+  }
+  PyObject* seq = keep_.ptr();
+  // Re-read the length: a store's Python code may have shrunk the caller's list since the start.
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (static_cast<Py_ssize_t>(i) >= n) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s changed size during the lookup (%zd items left, item %zu "
+                 "needed)",
+                 name_.c_str(), n, i);
+    return false;
+  }
+  PyObject* item = PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i));
+  // The coordinator's digest width (a narrower digest is stored zero-padded in its slot).
+  const auto k = static_cast<Py_ssize_t>(width_);
+  auto* out = scratch_[i].bytes.data();
+  auto where = [&] { return name_ + "[" + std::to_string(i) + "]"; };
+  try {
+    Py_ssize_t len = -1;
+    const void* src = nullptr;
+    Buffer b;
+    if (PyBytes_Check(item)) {
+      len = PyBytes_GET_SIZE(item);
+      src = PyBytes_AS_STRING(item);
+    } else {
+      if (PyUnicode_Check(item) || !b.acquire(item)) {
+        type_error(where() + " must be a " + std::to_string(k) + "-byte bytes object, got " +
+                   py_type_name(item));
+      }
+      len = b.view().len;
+      src = b.view().buf;
+    }
+    if (len != k) {
+      value_error(where() + " must be " + std::to_string(k) + " bytes, got " + std::to_string(len));
+    }
+    std::memcpy(out, src, static_cast<std::size_t>(k));
+    if (static_cast<std::size_t>(k) < BlockDigest::kSize) {
+      std::memset(out + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
+    }
+  } catch (nb::python_error& e) {
+    e.restore();
+    return false;
+  }
+  Py_INCREF(item);
+  held_.push_back(item);
+  if (lazy_items_ != nullptr) {
+    lazy_items_[i] = PyBytes_Check(item) ? item : nullptr;
+  }
+  word |= bit;
+  return true;
+}
+
+Digests::~Digests() {
+  if (thread_scratch_) {
+    thread_scratch().busy = false;
+  }
+  if (lazy_) {
+    for (PyObject* item : held_) {
+      Py_DECREF(item);
+    }
+  } else {
+    for (PyObject* item : items_) {
+      Py_XDECREF(item);
+    }
+  }
 }
 
 // ---- IntArray ----------------------------------------------------------------------------------
@@ -335,16 +616,20 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
     type_error(std::string(name) + " is a CUDA array, but the other arguments are host arrays");
   }
   if (!PyList_Check(o) && !PyTuple_Check(o)) {
-    keep_ = nb::borrow(obj);
-    bool have = buffer_.acquire(keep_);
+    // The buffer is held only while its values are copied (issue 13: the caller's array may be
+    // written by another thread once the GIL is released, so nothing reads it after this).
+    nb::object keep = nb::borrow(obj);
+    Buffer buffer;
+    bool have = buffer.acquire(keep);
     if (!have && (PyObject_CheckBuffer(o) || looks_like_array(obj))) {
-      keep_ = contiguous_host_copy(obj);
-      have = buffer_.acquire(keep_);
+      keep = contiguous_host_copy(obj);
+      have = buffer.acquire(keep);
     }
     if (have) {
-      const Py_buffer& v = buffer_.view();
-      const char f = buffer_.format_char();
+      const Py_buffer& v = buffer.view();
+      const char f = buffer.format_char();
       const bool is_signed = is_signed_format(f);
+      const bool swap = foreign_byte_order(v.format);
       if (!is_signed && !is_unsigned_format(f)) {
         type_error(std::string(name) + " must hold integers, got an array of format '" +
                    (v.format ? v.format : "?") + "'");
@@ -353,7 +638,7 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
         if (!allow_scalar) {
           type_error(std::string(name) + " must be a 1-D integer array, got a scalar");
         }
-        scalar_ = check(read_int(v, is_signed, 0), 0, false);
+        scalar_ = check(read_int(v, is_signed, 0, swap), 0, false);
         return;
       }
       if (v.ndim != 1) {
@@ -361,16 +646,17 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
                     " dimensions");
       }
       size_ = static_cast<std::size_t>(v.shape[0]);
-      const bool exact = v.itemsize == static_cast<Py_ssize_t>(sizeof(T)) &&
-                         is_signed == std::is_signed_v<T> && f != '?' &&
-                         reinterpret_cast<std::uintptr_t>(v.buf) % alignof(T) == 0;
-      if (exact) {
-        data_ = static_cast<const T*>(v.buf);
+      owned_.resize(size_);
+      if (v.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && is_signed == std::is_signed_v<T> &&
+          f != '?' && !swap) {
+        if (size_ != 0) {
+          std::memcpy(owned_.data(), v.buf, size_ * sizeof(T));
+        }
+        data_ = owned_.data();
         return;
       }
-      owned_.resize(size_);
       for (std::size_t i = 0; i < size_; ++i) {
-        owned_[i] = check(read_int(v, is_signed, i), i, true);
+        owned_[i] = check(read_int(v, is_signed, i, swap), i, true);
       }
       data_ = owned_.data();
       return;
@@ -423,13 +709,21 @@ std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, s
   }
   // Index of hashes[first] in the whole digest input (a batch passes a request's sub-range).
   const std::int64_t base = hashes - digests_.data();
-  const std::vector<PyObject*>& items = digests_.items();
+  if (digests_.is_lazy() && count > 1) {
+    digests_.prefetch(base + first, step, count);
+  }
   std::uint64_t bits = 0;
   for (int k = 0; k < count; ++k) {
     const std::int64_t i = first + k * step;
-    PyObject* key = nullptr;
-    if (!items.empty()) {
-      key = items[static_cast<std::size_t>(base + i)];
+    const auto index = static_cast<std::size_t>(base + i);
+    if (digests_.is_lazy() && !digests_.fetch(index)) {
+      failed_ = true;  // the Python error stays set; check() raises it
+      return 0;
+    }
+    // The caller's own bytes object (its hash is cached), held by `digests_` for the whole
+    // call: the container's Python code may drop it from the caller's list meanwhile.
+    PyObject* key = digests_.has_items() ? digests_.item(index) : nullptr;
+    if (key != nullptr) {
       Py_INCREF(key);
     } else {
       key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
@@ -511,7 +805,29 @@ bool is_abc_instance(nb::handle obj, const char* abc_name) {
 
 }  // namespace
 
-ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& digests) {
+std::uint64_t LazyDigestSource::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                                      std::int64_t step, int count) const {
+  if (failed_) {
+    return 0;
+  }
+  // The probe's digests, gathered into a contiguous run: a native store reads only the keys
+  // it is asked about, so asking for run[0..count) with step 1 gives the same answer.
+  BlockDigest run[64];
+  if (count <= 0 || count > 64 ||
+      !digests_.gather(hashes - digests_.data() + first, step, count, run)) {
+    failed_ = count > 0;  // the Python error stays set; check() raises it
+    return 0;
+  }
+  return inner_.probe(group_id, run, 0, 1, count);
+}
+
+void LazyDigestSource::check() const {
+  if (failed_) {
+    throw nb::python_error();
+  }
+}
+
+ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, Digests& digests) {
   PyObject* o = store.ptr();
   auto no_namespace = [&](const char* what) {
     if (ns != 0) {
@@ -537,6 +853,7 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& dige
               (is_abc_instance(store, "Set") || is_abc_instance(store, "Mapping")))) {
     // Probe the caller's container in place: its size does not matter, only the keys asked.
     no_namespace("a Python set");
+    digests.keep_items();
     contains_.emplace(store, digests);
     source_ = &*contains_;
   } else if (o != Py_None && !PyUnicode_Check(o) && !PyBytes_Check(o) &&
@@ -551,6 +868,12 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, const Digests& dige
         "store must be a set of (group_id, key) pairs, a KeySet, a BlockIndex or "
         "PlanAnswers, got " +
         py_type_name(store));
+  }
+  // A lazily read hash list is converted as the native store probes it; PlanAnswers read no
+  // digest, and a Python container fetches its own keys.
+  if (digests.is_lazy() && !contains_ && !nb::isinstance<PyPlanAnswers>(store)) {
+    lazy_.emplace(*source_, digests);
+    source_ = &*lazy_;
   }
 }
 

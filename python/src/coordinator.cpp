@@ -36,9 +36,14 @@ bool strict_bool(nb::handle value, const char* name) {
 }
 
 Config make_config(nb::handle groups, nb::handle scheduler_block_size, nb::handle hash_block_size,
-                   nb::handle use_eagle, nb::handle retention_interval,
-                   nb::handle digest_size = nb::none()) {
+                   nb::handle use_eagle, nb::handle retention_interval, nb::handle semantics,
+                   nb::handle enable_partial_hash_hits, nb::handle digest_size = nb::none()) {
   Config config;
+  config.semantics = semantics_from(semantics);
+  if (!enable_partial_hash_hits.is_none()) {
+    config.enable_partial_hash_hits =
+        strict_bool(enable_partial_hash_hits, "enable_partial_hash_hits");
+  }
   if (!digest_size.is_none()) {
     const std::int64_t width = to_int64(digest_size, "digest_size");
     config.digest_size = width < 0 ? 0 : static_cast<std::size_t>(width);  // 0: refused below
@@ -77,13 +82,16 @@ Namespace to_namespace(nb::handle value) {
   return static_cast<Namespace>(ns);
 }
 
-nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
-                 nb::handle store, bool apply_eagle, nb::handle ns) {
+/// One lookup. A list of bytes is read lazily (only the probed digests are converted) and the
+/// engine then runs holding the GIL; buffers with a native store run with the GIL released.
+LookupResult run_lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                        nb::handle store, bool apply_eagle, nb::handle ns) {
   const Coordinator& c = self.c;
-  const Digests digests(block_hashes, "block_hashes", DigestShape::sequence,
-                        c.config().digest_size);
+  const bool device_store = is_block_index(store) && as_block_index(store).gpu;
+  Digests digests(block_hashes, "block_hashes", DigestShape::sequence, c.config().digest_size,
+                  /*lazy=*/!device_store);
   const std::int64_t max_len = to_int64(max_length, "max_length");
-  if (is_block_index(store) && as_block_index(store).gpu) {
+  if (device_store) {
     if (c.config().digest_size != BlockDigest::kSize) {
       throw InvalidArgument(
           "a 'cuda' BlockIndex serves only coordinators of digest_size 32 from Python, this one "
@@ -105,7 +113,7 @@ nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_le
       nb::gil_scoped_release release;
       batch_result = engine.find_longest_cache_hits(batch, *as_block_index(store).gpu, space);
     }
-    return nb::make_tuple(lookup_masks(batch_result.request(0)), batch_result.hit_lengths[0]);
+    return batch_result.request(0);
   }
   const ResolvedStore resolved(store, to_namespace(ns), digests);
   LookupResult result;
@@ -121,7 +129,28 @@ nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_le
     nb::gil_scoped_release release;
     result = c.find_longest_cache_hit(digests.view(), max_len, resolved.source(), apply_eagle);
   }
+  return result;
+}
+
+nb::tuple lookup(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                 nb::handle store, bool apply_eagle, nb::handle ns, bool lazy) {
+  const LookupResult result = run_lookup(self, block_hashes, max_length, store, apply_eagle, ns);
+  if (lazy) {
+    return nb::make_tuple(lazy_lookup_masks(result), result.hit_length);
+  }
   return nb::make_tuple(lookup_masks(result), result.hit_length);
+}
+
+std::int64_t lookup_length(PyCoordinator& self, nb::handle block_hashes, nb::handle max_length,
+                           nb::handle store, bool apply_eagle, nb::handle ns) {
+  return run_lookup(self, block_hashes, max_length, store, apply_eagle, ns).hit_length;
+}
+
+nb::object chunk_result(std::vector<ChunkMask>&& masks, bool lazy) {
+  if (lazy) {
+    return lazy_chunk_masks(std::move(masks));
+  }
+  return chunk_masks(masks);
 }
 
 std::int64_t num_hashes_of(nb::handle block_hashes, std::size_t digest_size) {
@@ -158,7 +187,8 @@ std::string repr(const PyCoordinator& self) {
     }
     groups += sg.use_eagle ? "]*" : "]";
   }
-  return "Coordinator(hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
+  return "Coordinator(semantics='" + std::string(to_string(c.config().semantics)) +
+         "', hash_block_size=" + std::to_string(self.c.config().hash_block_size) +
          ", scheduler_block_size=" + std::to_string(self.c.config().scheduler_block_size) +
          ", lookup_alignment=" + std::to_string(c.lookup_alignment()) + ", spec_groups=[" + groups +
          "])";
@@ -178,18 +208,21 @@ void bind_coordinator(nb::module_& m) {
          "__init__",
          [](PyCoordinator* self, nb::handle groups, nb::handle scheduler_block_size,
             nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval,
-            nb::handle digest_size) {
+            nb::handle semantics, nb::handle enable_partial_hash_hits, nb::handle digest_size) {
            Config config = make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
-                                       retention_interval, digest_size);
+                                       retention_interval, semantics, enable_partial_hash_hits,
+                                       digest_size);
            new (self) PyCoordinator(std::move(config));
          },
          nb::arg("groups").none(), nb::arg("scheduler_block_size").none(),
          nb::arg("hash_block_size").none(), nb::arg("use_eagle").none() = false,
          nb::arg("retention_interval").none() = nb::none(), nb::kw_only(),
+         nb::arg("semantics") = "pr49069", nb::arg("enable_partial_hash_hits").none() = nb::none(),
          nb::arg("digest_size") = BlockDigest::kSize,
          nb::sig("def __init__(self, groups: Sequence[GroupSpec | Mapping[str, object]], "
                  "scheduler_block_size: int, hash_block_size: int, use_eagle: bool = False, "
-                 "retention_interval: int | None = None, *, digest_size: int = 32) -> None"),
+                 "retention_interval: int | None = None, *, semantics: str = 'pr49069', "
+                 "enable_partial_hash_hits: bool | None = None, digest_size: int = 32) -> None"),
          "groups: one spec per KV-cache group id, as GroupSpec objects or dicts shaped like "
          "the vectors' group objects (kind, block_size, eagle, sliding_window, "
          "attention_chunk_size, num_kv_heads, head_size, dtype, mamba_cache_mode, state_dim).\n"
@@ -197,6 +230,13 @@ void bind_coordinator(nb::module_& m) {
          "hash_block_size: H, the granularity of the request's hash chain.\n"
          "use_eagle: speculative decoding with an EAGLE/MTP drafter is on.\n"
          "retention_interval: None, 0 or a positive token count (store masks only).\n"
+         "semantics: 'pr49069' (vLLM PR #49069) or 'vllm-0.33' (the vLLM 0.33.0 release, "
+         "SEMANTICS.md 11).\n"
+         "enable_partial_hash_hits: vllm-0.33: the coordinator's input, None for "
+         "partial_hits_rule(groups, hash_block_size); pr49069: derived from the groups, and a "
+         "given value must agree (InvalidConfigError otherwise).\n"
+         "Group dicts may carry any other field of the real spec: it takes part in spec "
+         "equality (GroupSpec.identity); a near-miss of a known field name is an error.\n"
          "digest_size: bytes per block hash, 8, 16 or 32 (vLLM's sha256 hashes are 32, "
          "xxhash 16, KV events' integer hashes 8). Every digest argument must have it, and a "
          "store must hold keys of it.")
@@ -207,7 +247,8 @@ void bind_coordinator(nb::module_& m) {
               const std::string name = nb::cast<std::string>(nb::str(key));
               if (name != "groups" && name != "scheduler_block_size" && name != "hash_block_size" &&
                   name != "use_eagle" && name != "retention_interval" &&
-                  name != "enable_partial_hash_hits" && name != "digest_size") {
+                  name != "enable_partial_hash_hits" && name != "semantics" &&
+                  name != "digest_size") {
                 throw InvalidConfig("unknown config field '" + name + "'");
               }
             }
@@ -220,17 +261,24 @@ void bind_coordinator(nb::module_& m) {
                 config.contains("use_eagle") ? config["use_eagle"] : nb::object(nb::bool_(false));
             nb::object retention =
                 config.contains("retention_interval") ? config["retention_interval"] : nb::none();
+            nb::object semantics =
+                config.contains("semantics") ? config["semantics"] : nb::object(nb::str("pr49069"));
+            nb::object partial = config.contains("enable_partial_hash_hits")
+                                     ? config["enable_partial_hash_hits"]
+                                     : nb::none();
             nb::object digest_size =
                 config.contains("digest_size") ? config["digest_size"] : nb::none();
-            return std::make_unique<PyCoordinator>(
-                make_config(config["groups"], config["scheduler_block_size"],
-                            config["hash_block_size"], use_eagle, retention, digest_size));
+            return std::make_unique<PyCoordinator>(make_config(
+                config["groups"], config["scheduler_block_size"], config["hash_block_size"],
+                use_eagle, retention, semantics, partial, digest_size));
           },
           nb::arg("config"),
           nb::sig("def from_config(config: Mapping[str, object]) -> Coordinator"),
-          "A coordinator from a conformance vector's `config` object (hash_block_size, "
-          "scheduler_block_size, use_eagle, retention_interval, groups). The informational "
-          "enable_partial_hash_hits field is ignored.")
+          "A coordinator from a conformance vector's `config` object (semantics, "
+          "hash_block_size, scheduler_block_size, use_eagle, retention_interval, groups, "
+          "enable_partial_hash_hits). semantics defaults to 'pr49069', where "
+          "enable_partial_hash_hits is derived (a given value must agree with the groups); "
+          "under 'vllm-0.33' it is the input (None: the engine rule).")
       .def_prop_ro(
           "num_groups", [](const PyCoordinator& self) { return self.c.num_groups(); },
           "Number of KV-cache groups.")
@@ -257,8 +305,13 @@ void bind_coordinator(nb::module_& m) {
       .def_prop_ro(
           "enable_partial_hash_hits",
           [](const PyCoordinator& self) { return self.c.enable_partial_hash_hits(); },
-          "Fine-grained (partial) hash hits: some Mamba group in 'align' mode has a "
-          "block larger than H (SEMANTICS.md 1.3).")
+          "Fine-grained (partial) hash hits: pr49069 derives them (some Mamba group in 'align' "
+          "mode has a block larger than H, SEMANTICS.md 1.3); vllm-0.33 takes them as input "
+          "(11.1).")
+      .def_prop_ro(
+          "semantics",
+          [](const PyCoordinator& self) { return to_string(self.c.config().semantics); },
+          "'pr49069' or 'vllm-0.33': the reference release this coordinator reproduces.")
       .def_prop_ro(
           "lookup_alignment", [](const PyCoordinator& self) { return self.c.lookup_alignment(); },
           "A: hash_block_size with partial hits, else scheduler_block_size.")
@@ -285,59 +338,84 @@ void bind_coordinator(nb::module_& m) {
           "each whole block.")
       .def("find_longest_cache_hit", &lookup, nb::arg("block_hashes").none(),
            nb::arg("max_length").none(), nb::arg("store").none(), nb::kw_only(),
-           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0,
+           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0, nb::arg("lazy") = false,
            nb::sig("def find_longest_cache_hit(self, block_hashes: Digests, max_length: int, "
-                   "store: Store, *, apply_eagle: bool = True, namespace: int = 0) "
-                   "-> tuple[list[list[bool]], int]"),
+                   "store: Store, *, apply_eagle: bool = True, namespace: int = 0, "
+                   "lazy: bool = False) -> tuple[Sequence[Sequence[bool]], int]"),
            "The longest prefix of the request present in `store` (SEMANTICS.md 5).\n\n"
            "block_hashes: the request's 32-byte digests (a list of bytes, or a [n, 32] uint8 "
            "array).\n"
-           "max_length: tokens to consider, 0 <= max_length < (n + 1) * hash_block_size.\n"
+           "max_length: tokens to consider, 0 <= max_length <= 2**40. Past the hashes, full "
+           "attention stops at the last hash and a window, chunked-local or Mamba group that "
+           "would index past the hash list raises InvalidArgumentError, as the reference does.\n"
            "store: a set (or frozenset, or other collections.abc.Set) of (group_id, key) "
            "pairs, probed in place; an iterable of pairs (converted); a KeySet; a "
            "BlockIndex (with `namespace`); or PlanAnswers from key_plan().\n"
-           "apply_eagle: apply the EAGLE drop (the receive path passes False).\n\n"
+           "apply_eagle: apply the EAGLE drop (the receive path passes False).\n"
+           "lazy: return a tuple of Mask objects (equal to the lists, built in O(1)) instead "
+           "of a list of lists.\n\n"
+           "A list of bytes is read lazily: only the digests the lookup probes are converted "
+           "(and checked), so a malformed entry the lookup never reaches raises nothing. "
+           "Each digest read is referenced until the call returns. Buffers (numpy [n, 32] "
+           "uint8) are read in place with the GIL released.\n\n"
            "Returns (masks, hit_length): masks[group_id] lists the group's blocks, False for a "
            "placeholder and True for a block to load. Raises the finder errors "
            "(UnsupportedLookupError subclasses) and InvalidArgumentError (a ValueError) for "
            "a max_length out of range.")
+      .def("find_longest_cache_hit_length", &lookup_length, nb::arg("block_hashes").none(),
+           nb::arg("max_length").none(), nb::arg("store").none(), nb::kw_only(),
+           nb::arg("apply_eagle") = true, nb::arg("namespace").none() = 0,
+           nb::sig("def find_longest_cache_hit_length(self, block_hashes: Digests, "
+                   "max_length: int, store: Store, *, apply_eagle: bool = True, "
+                   "namespace: int = 0) -> int"),
+           "find_longest_cache_hit's hit_length alone: no mask is built.")
       .def(
           "load_mask",
-          [](const PyCoordinator& self, nb::handle block_hashes, nb::handle token_len) {
+          [](const PyCoordinator& self, nb::handle block_hashes, nb::handle token_len,
+             bool lazy) -> nb::object {
             const std::int64_t n = num_hashes_of(block_hashes, self.c.config().digest_size);
-            return lookup_masks(self.c.load_mask(n, to_int64(token_len, "token_len")));
+            const LookupResult result = self.c.load_mask(n, to_int64(token_len, "token_len"));
+            if (lazy) {
+              return lazy_lookup_masks(result);
+            }
+            return lookup_masks(result);
           },
-          nb::arg("block_hashes").none(), nb::arg("token_len").none(),
-          nb::sig("def load_mask(self, block_hashes: Digests | int, token_len: int) "
-                  "-> list[list[bool]]"),
+          nb::arg("block_hashes").none(), nb::arg("token_len").none(), nb::kw_only(),
+          nb::arg("lazy") = false,
+          nb::sig("def load_mask(self, block_hashes: Digests | int, token_len: int, *, "
+                  "lazy: bool = False) -> Sequence[Sequence[bool]]"),
           "Which blocks of an already-decided hit to read (SEMANTICS.md 6): the lookup "
           "against a store holding every key, without the EAGLE drop. Only the number of "
           "hashes matters, so an int count is accepted too.")
       .def(
           "store_mask",
           [](const PyCoordinator& self, nb::handle aligned_token_len, nb::handle start_token,
-             nb::handle num_prompt_tokens) {
-            return chunk_masks(
+             nb::handle num_prompt_tokens, bool lazy) {
+            return chunk_result(
                 self.c.store_mask(to_int64(aligned_token_len, "aligned_token_len"),
                                   to_int64(start_token, "start_token"),
-                                  optional_int(num_prompt_tokens, "num_prompt_tokens")));
+                                  optional_int(num_prompt_tokens, "num_prompt_tokens")),
+                lazy);
           },
           nb::arg("aligned_token_len").none(), nb::arg("start_token").none() = 0,
-          nb::arg("num_prompt_tokens").none() = nb::none(),
+          nb::arg("num_prompt_tokens").none() = nb::none(), nb::kw_only(), nb::arg("lazy") = false,
           nb::sig("def store_mask(self, aligned_token_len: int, start_token: int = 0, "
-                  "num_prompt_tokens: int | None = None) -> list[list[bool] | None]"),
+                  "num_prompt_tokens: int | None = None, *, lazy: bool = False) "
+                  "-> Sequence[Sequence[bool] | None]"),
           "Which chunks of each group a save of tokens [start_token, aligned_token_len) "
           "writes (SEMANTICS.md 7). Per group: None (every chunk in range) or one bool per "
           "chunk from ceil(start_token / B). None and [] differ. Raises UnalignedLengthError "
-          "unless aligned_token_len is a multiple of lookup_alignment.")
+          "unless aligned_token_len is a multiple of lookup_alignment. lazy: a tuple of "
+          "(None | Mask) instead of a list of lists.")
       .def(
           "lookup_mask",
-          [](const PyCoordinator& self, nb::handle aligned_token_len) {
-            return chunk_masks(
-                self.c.lookup_mask(to_int64(aligned_token_len, "aligned_token_len")));
+          [](const PyCoordinator& self, nb::handle aligned_token_len, bool lazy) {
+            return chunk_result(
+                self.c.lookup_mask(to_int64(aligned_token_len, "aligned_token_len")), lazy);
           },
-          nb::arg("aligned_token_len").none(),
-          nb::sig("def lookup_mask(self, aligned_token_len: int) -> list[list[bool] | None]"),
+          nb::arg("aligned_token_len").none(), nb::kw_only(), nb::arg("lazy") = false,
+          nb::sig("def lookup_mask(self, aligned_token_len: int, *, lazy: bool = False) "
+                  "-> Sequence[Sequence[bool] | None]"),
           "store_mask with start_token 0, no retention interval and no prompt length: the "
           "chunks a lookup may find.")
       .def(

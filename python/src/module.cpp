@@ -10,6 +10,9 @@
 
 namespace prefixhit::py {
 
+void bind_mirror(nb::module_& m);  // mirror.cpp
+void bind_store(nb::module_& m);  // store.cpp: Mooncake store keys and remote mode
+
 void bind_gpu_info(nb::module_& m) {
   m.def(
       "build_info",
@@ -67,10 +70,13 @@ NB_MODULE(_core, m) {
   namespace py = prefixhit::py;
   m.doc() = "prefixhit native core (nanobind). Import `prefixhit`, not this module.";
   py::register_error_translation();
+  py::bind_masks(m);
   py::bind_specs(m);
   py::bind_stores(m);
   py::bind_block_index(m);
   py::bind_coordinator(m);
   py::bind_gpu_info(m);
   py::bind_hashing(m);
+  py::bind_mirror(m);
+  py::bind_store(m);
 }

@@ -260,6 +260,39 @@ int main(void) {
           PREFIXHIT_STATUS_UNSUPPORTED_EAGLE_CHUNKED_LOCAL);
     prefixhit_coordinator_destroy(cl_coord);
   }
+  {
+    /* Spec identity (issue 10): group 2 differs from group 1 in a field the finders do not use,
+     * so the two window groups stay apart and only group 2 is EAGLE. vLLM 0.33 semantics. */
+    prefixhit_group_spec ident[NUM_GROUPS];
+    prefixhit_config ic = config;
+    prefixhit_coordinator* ic_coord = NULL;
+    int partial = -1;
+    memcpy(ident, groups, sizeof ident);
+    ident[2].identity = "{\"head_size_v\":128}";
+    ic.groups = ident;
+    ic.semantics = PREFIXHIT_SEMANTICS_VLLM_0_33;
+    OK(prefixhit_coordinator_create(&ic, &ic_coord));
+    OK(prefixhit_coordinator_eagle_group_ids(ic_coord, ids, 4, &count));
+    CHECK(count == 1 && ids[0] == 2);
+    OK(prefixhit_coordinator_num_spec_groups(ic_coord, &count));
+    CHECK(count == 3);
+    prefixhit_coordinator_destroy(ic_coord);
+    /* Partial hits: the engine rule, and a forced value under 0.33. */
+    OK(prefixhit_partial_hits_rule(groups, NUM_GROUPS, H, 1, &partial));
+    CHECK(partial == 0);
+    ic.groups = groups;
+    ic.enable_partial_hash_hits = PREFIXHIT_PARTIAL_ON;
+    OK(prefixhit_coordinator_create(&ic, &ic_coord));
+    OK(prefixhit_coordinator_partial_hash_hits(ic_coord, &partial));
+    CHECK(partial == 1);
+    OK(prefixhit_coordinator_lookup_alignment(ic_coord, &value));
+    CHECK(value == H);
+    prefixhit_coordinator_destroy(ic_coord);
+    /* pr49069 derives the flag: a contradicting value is an invalid configuration. */
+    ic.semantics = PREFIXHIT_SEMANTICS_PR49069;
+    CHECK(prefixhit_coordinator_create(&ic, &ic_coord) == PREFIXHIT_STATUS_INVALID_CONFIG);
+    CHECK(ic_coord == NULL);
+  }
   CHECK(prefixhit_coordinator_num_groups(NULL, &num_groups) == PREFIXHIT_STATUS_INVALID_ARGUMENT);
   OK(prefixhit_coordinator_num_groups(coord, &num_groups));
   CHECK(strcmp(prefixhit_last_error(), "") == 0); /* success clears the message */

@@ -93,6 +93,9 @@ inline GroupSpec random_spec(Rng& rng, GroupKind kind, std::int64_t h, std::int6
       spec = GroupSpec::chunked_local(b, chunk, rng.chance(0.1));
       break;
     }
+    case GroupKind::circular_buffer:  // vllm-0.33 only, never prefix-cacheable
+      spec = GroupSpec::circular_buffer(b, eagle);
+      break;
     case GroupKind::mamba:
       spec = GroupSpec::mamba(
           b,

@@ -335,8 +335,9 @@ TEST(DeviceBlockIndex, DeviceRefAnswersLikeContains) {
   DeviceArray<int> d_groups(groups);
   DeviceArray<std::uint8_t> d_out(keys.size());
   PREFIXHIT_ASSERT_CUDA(cudaMemset(d_out.get(), 0xAB, keys.size()));
-  probe_with_ref<<<static_cast<unsigned>((keys.size() + 127) / 128), 128>>>(
-      index.ref(), 9, d_groups.get(), d_keys.get(), keys.size(), d_out.get());
+  PREFIXHIT_LAUNCH(probe_with_ref, static_cast<unsigned>((keys.size() + 127) / 128), 128, 0,
+                   nullptr)
+  (index.ref(), 9, d_groups.get(), d_keys.get(), keys.size(), d_out.get());
   PREFIXHIT_ASSERT_CUDA(cudaGetLastError());
   PREFIXHIT_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<std::uint8_t> out = d_out.to_host();

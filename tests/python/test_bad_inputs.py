@@ -19,8 +19,13 @@ def coord() -> prefixhit.Coordinator:
 
 def test_digest_of_the_wrong_length(coord: prefixhit.Coordinator) -> None:
     hashes = hash_chain(3)
-    with pytest.raises(ValueError, match=r"block_hashes\[1\] must be 32 bytes, got 31"):
-        coord.find_longest_cache_hit([hashes[0], hashes[1][:31], hashes[2]], 16, set())
+    # A list is read lazily: the bad item is reported when the lookup reaches it (max_length 48
+    # probes all three), and one it never reaches changes nothing (as in vLLM).
+    for store in (set(), prefixhit.KeySet()):
+        with pytest.raises(ValueError, match=r"block_hashes\[1\] must be 32 bytes, got 31"):
+            coord.find_longest_cache_hit([hashes[0], hashes[1][:31], hashes[2]], 48, store)
+    present = {(0, hashes[0])}
+    assert coord.find_longest_cache_hit([hashes[0], b"short"], 16, present)[1] == 16
     with pytest.raises(ValueError, match="shape"):
         coord.find_longest_cache_hit(np.zeros((3, 31), np.uint8), 16, set())
     with pytest.raises(ValueError, match="not a whole number of 32-byte digests"):
@@ -70,10 +75,18 @@ def test_wrong_types(coord: prefixhit.Coordinator) -> None:
 
 def test_negative_and_out_of_range_lengths(coord: prefixhit.Coordinator) -> None:
     hashes = hash_chain(2)
-    with pytest.raises(ValueError, match=r"max_length -1 is outside \[0, 48\)"):
+    with pytest.raises(ValueError, match=r"max_length -1 is outside \[0, 1099511627776\]"):
         coord.find_longest_cache_hit(hashes, -1, set())
-    with pytest.raises(ValueError, match=r"max_length 48 is outside \[0, 48\)"):
-        coord.find_longest_cache_hit(hashes, 48, set())
+    with pytest.raises(ValueError, match=r"max_length 1099511627777 is outside"):
+        coord.find_longest_cache_hit(hashes, 2**40 + 1, set())
+    # Past the hashes, full attention stops at the last hash, as the reference does (issue 10);
+    # a window group would index past the hash list, which the reference rejects too.
+    assert coord.find_longest_cache_hit(hashes, 48, {(0, h) for h in hashes})[1] == 32
+    window = prefixhit.Coordinator(
+        [{"kind": "sliding_window", "block_size": 16, "sliding_window": 32}], 16, 16
+    )
+    with pytest.raises(ValueError, match="reaches past the last of the 2 hashes"):
+        window.find_longest_cache_hit(hashes, 48, set())
     with pytest.raises(ValueError, match="token_len"):
         coord.load_mask(hashes, -5)
     with pytest.raises(ValueError, match="request 1: max_length -3"):
@@ -105,8 +118,10 @@ def test_batch_shapes(coord: prefixhit.Coordinator) -> None:
 
 
 def test_bad_group_specs() -> None:
-    with pytest.raises(ValueError, match="unknown field 'window'"):
-        prefixhit.Coordinator([dict(FA, window=3)], 16, 16)
+    # Unknown fields are the spec's identity (issue 10); near misses of known ones are errors.
+    assert len(prefixhit.Coordinator([FA, dict(FA, window=3)], 16, 16).spec_groups) == 2
+    with pytest.raises(ValueError, match="'blok_size' looks like a misspelling of 'block_size'"):
+        prefixhit.Coordinator([dict(FA, blok_size=3)], 16, 16)
     with pytest.raises(prefixhit.InvalidConfigError, match="kind"):
         prefixhit.Coordinator([{"kind": "attention", "block_size": 16}], 16, 16)
     with pytest.raises(prefixhit.InvalidConfigError, match="needs 'block_size'"):

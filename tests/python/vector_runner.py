@@ -27,6 +27,22 @@ def vectors_dir() -> Path:
     return REPO_ROOT / "tests" / "data" / "conformance"
 
 
+def vectors_033_dir() -> Path:
+    """$PREFIXHIT_VECTORS_033, else the vendored vLLM 0.33 set (SEMANTICS.md 11)."""
+    env = os.environ.get("PREFIXHIT_VECTORS_033")
+    if env:
+        return Path(env)
+    return REPO_ROOT / "tests" / "data" / "conformance-vllm-0.33"
+
+
+def vectors_extra_dir() -> Path:
+    """$PREFIXHIT_VECTORS_EXTRA, else the project's own vectors in tests/data/extra."""
+    env = os.environ.get("PREFIXHIT_VECTORS_EXTRA")
+    if env:
+        return Path(env)
+    return REPO_ROOT / "tests" / "data" / "extra"
+
+
 def vector_files(directory: Path | None = None) -> list[Path]:
     directory = directory or vectors_dir()
     if directory.is_file():
@@ -82,12 +98,18 @@ def build_coordinator(config: dict[str, Any], as_spec_objects: bool) -> prefixhi
     groups: list[Any] = config["groups"]
     if as_spec_objects:
         groups = [prefixhit.GroupSpec.from_dict(g) for g in groups]
+    # A config without "semantics" is a pr49069 case, where enable_partial_hash_hits is derived
+    # and informational; under vllm-0.33 it is the coordinator's input (SEMANTICS.md 11.1).
+    semantics = config.get("semantics", "pr49069")
+    partial = config.get("enable_partial_hash_hits") if semantics == "vllm-0.33" else None
     return prefixhit.Coordinator(
         groups,
         scheduler_block_size=config["scheduler_block_size"],
         hash_block_size=config["hash_block_size"],
         use_eagle=config["use_eagle"],
         retention_interval=config["retention_interval"],
+        semantics=semantics,
+        enable_partial_hash_hits=partial,
     )
 
 

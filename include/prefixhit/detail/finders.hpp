@@ -116,19 +116,25 @@ PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, st
 }
 
 /// Sliding window and sliding-window MLA (SEMANTICS.md 4.2).
+/// The reference indexes block total-1 first, so a bound past the last whole block fails like
+/// its IndexError (invalid_argument).
 template <class Probe>
-PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::int64_t max_len,
-                                           bool drop, const Probe& probe, GroupHit& out,
-                                           std::int64_t& hit_len) {
+PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::int64_t n,
+                                           std::int64_t max_len, bool drop, const Probe& probe,
+                                           GroupHit& out, std::int64_t& hit_len) {
   const SpecGroupPlan& spec = plan.spec_groups[sg];
   const std::int64_t b = spec.block_size;
   const std::int64_t a = plan.alignment;
-  if (floor_mod(a, b) != 0) {
+  if (plan.window_alignment_error && floor_mod(a, b) != 0) {
     return ErrorKind::unsupported_alignment_sliding_window;
   }
+  // With a < b (vllm-0.33, partial forced on) a divides b, so every alignment test below passes.
   const std::int64_t s = b / plan.hash_block_size;
   const std::int64_t need = ceil_div(spec.window - 1, b) + (drop ? 1 : 0);
   const std::int64_t total = floor_div(max_len, b);
+  if (total > n / s) {
+    return ErrorKind::invalid_argument;
+  }
   out.num_blocks = total;
   out.num_placeholders = total;
   std::int64_t run = 0;
@@ -179,10 +185,12 @@ PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::
 }
 
 /// Chunked local attention (SEMANTICS.md 4.3).
+/// Like the reference, the walk fails (invalid_argument, its IndexError) only when it reaches a
+/// block past the last whole one; placeholders before the chunk are never checked.
 template <class Probe>
-PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::int64_t max_len,
-                                          bool drop, const Probe& probe, GroupHit& out,
-                                          std::int64_t& hit_len) {
+PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::int64_t n,
+                                          std::int64_t max_len, bool drop, const Probe& probe,
+                                          GroupHit& out, std::int64_t& hit_len) {
   const SpecGroupPlan& spec = plan.spec_groups[sg];
   if (drop) {
     return ErrorKind::unsupported_eagle_chunked_local;
@@ -196,12 +204,16 @@ PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::i
       max_len == 0 ? 0 : floor_div(max_len, spec.chunk_size) * spec.chunk_size;
   const std::int64_t skipped = floor_div(start, b);
   const std::int64_t total = floor_div(max_len, b);
+  const std::int64_t readable = min64(total, n / s);
   std::int64_t blocks = skipped;
-  if (total > skipped) {
-    ExistenceCursor<Probe> cursor(probe, sg, (skipped + 1) * s - 1, s, total - skipped);
-    while (blocks < total && cursor.at(blocks - skipped)) {
+  if (readable > skipped) {
+    ExistenceCursor<Probe> cursor(probe, sg, (skipped + 1) * s - 1, s, readable - skipped);
+    while (blocks < readable && cursor.at(blocks - skipped)) {
       ++blocks;
     }
+  }
+  if (blocks < total && blocks >= n / s) {
+    return ErrorKind::invalid_argument;
   }
   out.num_blocks = blocks;
   out.num_placeholders = skipped;
@@ -209,34 +221,42 @@ PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::i
   return ErrorKind::ok;
 }
 
-/// Mamba (SEMANTICS.md 4.4). Never applies the EAGLE drop. Returns the hit length.
+/// Mamba (SEMANTICS.md 4.4). Never applies the EAGLE drop. The fine-grained probe stops at the
+/// last hash; the block probe starts at block total-1, so a bound past the last whole block
+/// fails like the reference's IndexError (invalid_argument).
 template <class Probe>
-PREFIXHIT_HD std::int64_t find_mamba(const LookupPlan& plan, int sg, std::int64_t n,
-                                     std::int64_t max_len, const Probe& probe, GroupHit& out) {
+PREFIXHIT_HD ErrorKind find_mamba(const LookupPlan& plan, int sg, std::int64_t n,
+                                  std::int64_t max_len, const Probe& probe, GroupHit& out,
+                                  std::int64_t& hit_len) {
   const std::int64_t b = plan.spec_groups[sg].block_size;
   const std::int64_t a = plan.alignment;
   out.num_blocks = 0;
   out.num_placeholders = 0;
+  hit_len = 0;
   if (a < b) {
     const std::int64_t sub = b / a;
     const std::int64_t top = min64(floor_div(max_len, a), n) - 1;
     if (top < 0) {
-      return 0;
+      return ErrorKind::ok;
     }
     ExistenceCursor<Probe> cursor(probe, sg, top, -1, top + 1);
     for (std::int64_t f = top; f >= 0; --f) {
       if (cursor.at(top - f)) {
         out.num_placeholders = floor_div(f, sub);
         out.num_blocks = out.num_placeholders + 1;
-        return (f + 1) * a;
+        hit_len = (f + 1) * a;
+        return ErrorKind::ok;
       }
     }
-    return 0;
+    return ErrorKind::ok;
   }
   const std::int64_t s = b / plan.hash_block_size;
   const std::int64_t total = floor_div(max_len, b);
+  if (total > n / s) {
+    return ErrorKind::invalid_argument;
+  }
   if (total <= 0) {
-    return 0;
+    return ErrorKind::ok;
   }
   ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
   for (std::int64_t i = total - 1; i >= 0; --i) {
@@ -248,9 +268,10 @@ PREFIXHIT_HD std::int64_t find_mamba(const LookupPlan& plan, int sg, std::int64_
     }
     out.num_placeholders = i;
     out.num_blocks = i + 1;
-    return (i + 1) * b;
+    hit_len = (i + 1) * b;
+    return ErrorKind::ok;
   }
-  return 0;
+  return ErrorKind::ok;
 }
 
 /// Runs spec group `sg`'s finder with bound `max_len`.
@@ -263,22 +284,28 @@ PREFIXHIT_HD ErrorKind run_finder(const LookupPlan& plan, int sg, std::int64_t n
       hit_len = find_full_attention(plan, sg, n, max_len, drop, probe, out);
       return ErrorKind::ok;
     case FinderKind::sliding_window:
-      return find_sliding_window(plan, sg, max_len, drop, probe, out, hit_len);
+      return find_sliding_window(plan, sg, n, max_len, drop, probe, out, hit_len);
     case FinderKind::chunked_local:
-      return find_chunked_local(plan, sg, max_len, drop, probe, out, hit_len);
+      return find_chunked_local(plan, sg, n, max_len, drop, probe, out, hit_len);
     case FinderKind::mamba:
-      hit_len = find_mamba(plan, sg, n, max_len, probe, out);
-      return ErrorKind::ok;
+      return find_mamba(plan, sg, n, max_len, probe, out, hit_len);
   }
   return ErrorKind::invalid_config;
 }
 
-/// Whether `max_len` is a length the finders may be asked about: 0 <= max_len < (n+1)*H.
-/// Past that bound the window and Mamba finders would read beyond the hash list. Written without
-/// the product, which could overflow.
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool max_length_in_range(const LookupPlan& plan, std::int64_t n,
-                                                            std::int64_t max_len) {
-  return n >= 0 && max_len >= 0 && max_len / plan.hash_block_size <= n;
+/// Whether `max_len` is a length the lookup accepts: 0 <= max_len <= kMaxLookupTokens. A length
+/// past the hashes is accepted: full attention stops at the last hash, as the reference does,
+/// and a finder that would index past the hash list fails with invalid_argument (the
+/// reference's IndexError), see the finders.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool max_length_in_range(std::int64_t n, std::int64_t max_len) {
+  return n >= 0 && max_len >= 0 && max_len <= kMaxLookupTokens;
+}
+
+/// n*H, saturated far above any bound the fixed point compares it with (no overflow).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t hashed_tokens(const LookupPlan& plan,
+                                                              std::int64_t n) {
+  constexpr std::int64_t kCap = kMaxLookupTokens * 4;
+  return n >= kCap / plan.hash_block_size ? kCap : n * plan.hash_block_size;
 }
 
 /// The coordinator lookup (SEMANTICS.md 5): one spec group directly, several by the fixed point.
@@ -289,11 +316,16 @@ PREFIXHIT_HD ErrorKind find_longest_cache_hit(const LookupPlan& plan, std::int64
                                               const Probe& probe, GroupHit* hits,
                                               std::int64_t& hit_length) {
   hit_length = 0;
-  for (int k = 0; k < plan.num_spec_groups; ++k) {
+  // Slot num_spec_groups stays empty: groups that are not prefix-cacheable read it.
+  for (int k = 0; k <= plan.num_spec_groups && k < kMaxGroups; ++k) {
     hits[k] = GroupHit{};
   }
-  if (!max_length_in_range(plan, n, max_length)) {
+  if (!max_length_in_range(n, max_length)) {
     return ErrorKind::invalid_argument;
+  }
+  if (plan.num_spec_groups == 0) {
+    hit_length = max_length;  // nothing shortens the candidate (SEMANTICS.md 11.3, K = 0)
+    return ErrorKind::ok;
   }
   if (plan.num_spec_groups == 1) {
     const bool drop = apply_eagle && plan.spec_groups[0].use_eagle;
@@ -321,7 +353,8 @@ PREFIXHIT_HD ErrorKind find_longest_cache_hit(const LookupPlan& plan, std::int64
         const bool fine = plan.partial && spec.finder == FinderKind::full_attention &&
                           spec.block_size > plan.hash_block_size;
         const std::int64_t margin = fine ? plan.hash_block_size : spec.block_size;
-        bound = min64(cur + margin, max_length);
+        bound =
+            min64(cur + margin, plan.eagle_bound_by_hashes ? hashed_tokens(plan, n) : max_length);
       }
       std::int64_t found = 0;
       const ErrorKind err = run_finder(plan, k, n, bound, drop, probe, hits[k], found);
@@ -347,8 +380,10 @@ PREFIXHIT_HD ErrorKind find_longest_cache_hit(const LookupPlan& plan, std::int64
       break;
     }
   }
-  if (plan.spec_groups[0].is_full_attention) {
-    truncate_blocks(hits[0], ceil_div(len, plan.spec_groups[0].block_size));
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    if (plan.spec_groups[k].is_full_attention && (k == 0 || plan.truncate_every_full_attention)) {
+      truncate_blocks(hits[k], ceil_div(len, plan.spec_groups[k].block_size));
+    }
   }
   hit_length = len;
   return ErrorKind::ok;

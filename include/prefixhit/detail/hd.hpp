@@ -4,12 +4,49 @@
 // written once with PREFIXHIT_HD so that the CPU tests exercise exactly the code the kernels run.
 #pragma once
 
-#if defined(__CUDACC__)
+// Two questions replace raw __CUDACC__ / __CUDA_ARCH__ checks in headers, so that the same
+// sources build with nvcc and with the host compiler against the CPU emulator (tools/cuemu,
+// which defines CUEMU; CMake option PREFIXHIT_CUDA_EMULATION):
+//   PREFIXHIT_CUDA_SOURCE  1 in CUDA source: __global__/__device__ and the CUDA built-ins exist.
+//   PREFIXHIT_DEVICE_CODE  1 where code is compiled for the device (nvcc's device pass). Under
+//                          cuemu a kernel is host code run by fibers, so the device branch is
+//                          the one compiled (and tested).
+#if defined(__CUDACC__) || defined(CUEMU)
+#define PREFIXHIT_CUDA_SOURCE 1
+#else
+#define PREFIXHIT_CUDA_SOURCE 0
+#endif
+#if defined(__CUDA_ARCH__) || defined(CUEMU)
+#define PREFIXHIT_DEVICE_CODE 1
+#else
+#define PREFIXHIT_DEVICE_CODE 0
+#endif
+
+#if PREFIXHIT_CUDA_SOURCE
 #define PREFIXHIT_HD __host__ __device__
 #define PREFIXHIT_FORCEINLINE __forceinline__
 #else
 #define PREFIXHIT_HD
 #define PREFIXHIT_FORCEINLINE inline __attribute__((always_inline))
+#endif
+
+#if PREFIXHIT_CUDA_SOURCE
+// One launch form for every kernel launch: PREFIXHIT_LAUNCH(kernel, grid, block, smem, stream)
+// (args...). nvcc gets <<<>>>; cuemu gets its launcher (which names the kernel in diagnostics).
+#if defined(CUEMU)
+#define PREFIXHIT_LAUNCH(kernel, grid, block, smem, stream) \
+  ::cuemu::launch((grid), (block), (smem), (stream)).named(#kernel).bind(kernel)
+#else
+#define PREFIXHIT_LAUNCH(kernel, grid, block, smem, stream) \
+  kernel<<<(grid), (block), (smem), (stream)>>>
+#endif
+// Inline PTX, which has no CPU meaning: only performance hints (prefetches) may use it, since
+// under cuemu the statement is dropped.
+#if defined(CUEMU)
+#define PREFIXHIT_PTX(...) static_cast<void>(0)
+#else
+#define PREFIXHIT_PTX(...) asm volatile(__VA_ARGS__)
+#endif
 #endif
 
 #include <cstdint>

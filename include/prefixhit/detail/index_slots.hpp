@@ -16,13 +16,13 @@
 #include <cstdint>
 #include <cstring>
 
-#if !defined(__CUDA_ARCH__) && defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/types.hpp"
+
+#if !PREFIXHIT_DEVICE_CODE && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace prefixhit::detail {
 
@@ -114,7 +114,7 @@ PREFIXHIT_HD inline IndexHashKey make_hash_key(std::uint64_t seed) {
 
 /// 64x64 -> 128-bit multiply folded to 64 bits (the wyhash/mum mixer).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t fold_multiply(std::uint64_t a, std::uint64_t b) {
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
   return (a * b) ^ __umul64hi(a, b);
 #else
   __extension__ typedef unsigned __int128 u128;
@@ -214,7 +214,7 @@ PREFIXHIT_HD inline std::uint32_t match_bucket_by_lanes(const std::uint8_t* buck
   return mask;
 }
 
-#if !defined(__CUDA_ARCH__) && defined(__SSE2__)
+#if !PREFIXHIT_DEVICE_CODE && defined(__SSE2__)
 /// The CPU fast path of match_bucket: two 16-byte SSE2 compares. Host only.
 inline std::uint32_t match_bucket_sse2(const std::uint8_t* bucket_tags, std::uint8_t tag) {
   const __m128i needle = _mm_set1_epi8(static_cast<char>(tag));
@@ -228,7 +228,7 @@ inline std::uint32_t match_bucket_sse2(const std::uint8_t* bucket_tags, std::uin
 
 /// Index of the lowest set bit (mask != 0).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lowest_bit(std::uint32_t mask) {
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
   return __ffs(static_cast<int>(mask)) - 1;
 #else
   return __builtin_ctz(mask);
@@ -335,7 +335,8 @@ inline std::uint64_t max_buckets_for(std::uint64_t max_slots) {
     return std::uint64_t{1} << 58;
   }
   std::uint64_t buckets = 1;
-  while (slots_of_buckets(buckets << 1) <= max_slots) {
+  // Capped at 2^58 buckets: past it the slot count (buckets << 5) would wrap around.
+  while (buckets < (std::uint64_t{1} << 58) && slots_of_buckets(buckets << 1) <= max_slots) {
     buckets <<= 1;
   }
   return buckets;

@@ -54,11 +54,11 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t lane_round_bits(
     return k < limit && (w == 0 || (index >= 0 && index < n));
   };
   if constexpr (has_prefetch<Source>::value) {
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
 #pragma unroll
 #endif
     for (int w = 0; w < MaxRoundWindows; ++w) {
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
 #pragma unroll
 #endif
       for (int j = 0; j < kKeysPerLane; ++j) {
@@ -72,11 +72,11 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t lane_round_bits(
   std::uint32_t bits = 0;
   // Fully unrolled over the round's keys, so that independent loads (a presence table's bytes)
   // are all in flight at once rather than one round trip after another.
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
 #pragma unroll
 #endif
   for (int w = 0; w < MaxRoundWindows; ++w) {
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
 #pragma unroll
 #endif
     for (int j = 0; j < kKeysPerLane; ++j) {
@@ -144,7 +144,7 @@ struct WarpProbe {
     }
     const int windows = (Lookahead > 0 && count == MaxWindow) ? kMaxRoundWindows : 1;
     std::uint64_t round[kMaxRoundWindows] = {};
-#if defined(__CUDA_ARCH__)
+#if PREFIXHIT_DEVICE_CODE
     // `count` and `windows` are warp-uniform (every lane runs the same finder on the same
     // bits), so every lane reaches each ballot and the full mask is exact.
     const int lane = static_cast<int>(threadIdx.x) & (kWarpSize - 1);

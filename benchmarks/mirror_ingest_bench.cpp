@@ -1,0 +1,176 @@
+// Mirror ingestion rate: vLLM KV-event payloads (BlockStored of 64 int hashes, and the
+// BlockRemoved of blocks stored 8 messages earlier, so the index stays at a steady size)
+// decoded and applied to a BlockIndex. Items are block hashes (stored + removed).
+//   BM_MirrorApply:      EventApplier on prebuilt payloads (no sockets): decode + counts + index.
+//   BM_MirrorZmqIngest:  the same payloads from a local PUB socket (tcp loopback) through an
+//                        EventMirror (its two threads), timed from the first send until the
+//                        last sequence is applied.
+// docs/perf/mirror.md records the figures.
+#if defined(PREFIXHIT_BENCH_MIRROR)
+
+#include <benchmark/benchmark.h>
+
+#include <msgpack.hpp>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "prefixhit/block_index.hpp"
+#include "prefixhit/event_mirror.hpp"
+
+namespace {
+
+constexpr int kHashesPerEvent = 64;
+constexpr int kLag = 8;  // messages between a block's store and its removal
+
+/// Message m: `events` BlockStored events of fresh hashes, plus (from message kLag on) the
+/// BlockRemoved events of message m - kLag.
+std::string payload(std::uint64_t m, int events, bool positional) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(3);
+  pk.pack_double(1.0e9);
+  const bool removes = m >= kLag;
+  pk.pack_array(static_cast<std::uint32_t>(removes ? 2 * events : events));
+  auto hashes = [&](std::uint64_t msg, int e) {
+    pk.pack_array(kHashesPerEvent);
+    for (int h = 0; h < kHashesPerEvent; ++h) {
+      // Distinct, well-spread 64-bit hashes (what vLLM's int hashes look like).
+      std::uint64_t x = (msg * 1000003ULL + static_cast<std::uint64_t>(e)) * 131ULL +
+                        static_cast<std::uint64_t>(h) + 1;
+      x ^= x >> 31;
+      x *= 0x9E3779B97F4A7C15ULL;
+      pk.pack(x ^ (x >> 29));
+    }
+  };
+  for (int e = 0; e < events; ++e) {
+    if (positional) {
+      pk.pack_array(10);
+      pk.pack(std::string("BlockStored"));
+      hashes(m, e);
+      pk.pack_nil();
+      pk.pack_array(0);
+      pk.pack(16);
+      pk.pack_nil();
+      pk.pack(std::string("GPU"));
+      pk.pack_nil();
+      pk.pack_nil();
+      pk.pack(0);
+    } else {
+      pk.pack_map(7);
+      pk.pack(std::string("type"));
+      pk.pack(std::string("BlockStored"));
+      pk.pack(std::string("block_hashes"));
+      hashes(m, e);
+      pk.pack(std::string("parent_block_hash"));
+      pk.pack_nil();
+      pk.pack(std::string("token_ids"));
+      pk.pack_array(0);
+      pk.pack(std::string("block_size"));
+      pk.pack(16);
+      pk.pack(std::string("medium"));
+      pk.pack(std::string("GPU"));
+      pk.pack(std::string("group_idx"));
+      pk.pack(0);
+    }
+  }
+  if (removes) {
+    for (int e = 0; e < events; ++e) {
+      pk.pack_array(4);
+      pk.pack(std::string("BlockRemoved"));
+      hashes(m - kLag, e);
+      pk.pack(std::string("GPU"));
+      pk.pack(0);
+    }
+  }
+  pk.pack(0);
+  return std::string(buf.data(), buf.size());
+}
+
+std::vector<std::string> payloads(std::size_t n, int events, bool positional) {
+  std::vector<std::string> out;
+  for (std::size_t m = 0; m < n; ++m) {
+    out.push_back(payload(m, events, positional));
+  }
+  return out;
+}
+
+std::int64_t hashes_in(std::size_t messages, int events) {
+  const auto m = static_cast<std::int64_t>(messages);
+  return (m * events + std::max<std::int64_t>(0, m - kLag) * events) * kHashesPerEvent;
+}
+
+void BM_MirrorApply(benchmark::State& state) {
+  const bool positional = state.range(0) != 0;
+  const int events = 16;
+  const std::vector<std::string> msgs = payloads(512, events, positional);
+  std::int64_t hashes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    prefixhit::BlockIndex index;
+    prefixhit::BlockIndexSink sink(index);
+    prefixhit::EventApplier applier(sink, prefixhit::EventMirrorOptions{});
+    state.ResumeTiming();
+    for (const std::string& p : msgs) {
+      applier.apply_payload(reinterpret_cast<const std::uint8_t*>(p.data()), p.size());
+    }
+    benchmark::DoNotOptimize(index.size());
+    hashes += hashes_in(msgs.size(), events);
+  }
+  state.SetItemsProcessed(hashes);
+  state.SetLabel(positional ? "positional" : "tagged");
+}
+BENCHMARK(BM_MirrorApply)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+void BM_MirrorZmqIngest(benchmark::State& state) {
+  const int events = 16;
+  const std::vector<std::string> msgs = payloads(2048, events, false);
+  zmq::context_t ctx(1);
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::sndhwm, 0);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = pub.get(zmq::sockopt::last_endpoint);
+  std::int64_t hashes = 0;
+  std::uint64_t seq = 0;
+  prefixhit::BlockIndex index;
+  prefixhit::BlockIndexSink sink(index);
+  prefixhit::EventMirrorOptions options;
+  options.endpoints = {endpoint};
+  prefixhit::EventMirror mirror(sink, options);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto send = [&](const std::string& p) {
+    std::uint8_t be[8];
+    for (int i = 0; i < 8; ++i) {
+      be[i] = static_cast<std::uint8_t>(seq >> (56 - 8 * i));
+    }
+    std::array<zmq::const_buffer, 3> frames = {zmq::str_buffer("kv"), zmq::buffer(be, 8),
+                                               zmq::buffer(p.data(), p.size())};
+    zmq::send_multipart(pub, frames);
+    ++seq;
+  };
+  for (auto _ : state) {
+    for (const std::string& p : msgs) {
+      send(p);
+    }
+    if (!mirror.wait_for_seq(seq - 1, 60.0)) {
+      state.SkipWithError("the mirror did not catch up");
+      break;
+    }
+    hashes += hashes_in(msgs.size(), events);
+  }
+  const prefixhit::EventMirrorStats st = mirror.stats();
+  state.counters["gaps"] = static_cast<double>(st.gaps);
+  state.counters["backpressure"] = static_cast<double>(st.backpressure);
+  state.SetItemsProcessed(hashes);
+}
+BENCHMARK(BM_MirrorZmqIngest)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+#endif  // PREFIXHIT_BENCH_MIRROR

@@ -1,0 +1,100 @@
+// The in-run memory limit of `prefixhit bench` (issue 14): random 64-byte reads over a buffer of
+// the index's size, one after another (each address read from the previous line: DRAM latency)
+// and independent of each other (what one core's misses in flight allow).
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "host/cli/bench.hpp"
+#include "prefixhit/errors.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace prefixhit::cli {
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+struct Line {
+  std::uint64_t next;  // index of the next line of the dependent chain
+  std::uint64_t pad[7];
+};
+static_assert(sizeof(Line) == 64, "one cache line");
+
+/// CPU time of this thread: on a shared machine it leaves out the time the thread waits for a
+/// core, which wall time would charge to the memory system.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed) {
+  constexpr std::uint64_t kHuge = std::uint64_t{1} << 21;
+  const std::uint64_t lines = std::max<std::uint64_t>(bytes / sizeof(Line), 2);
+  const std::uint64_t alloc = ((lines * sizeof(Line)) + kHuge - 1) & ~(kHuge - 1);
+  // Allocated like the index's table (huge pages where the kernel allows), so both pay the same
+  // translation costs.
+  std::unique_ptr<Line, FreeDeleter> buffer(static_cast<Line*>(std::aligned_alloc(kHuge, alloc)));
+  if (!buffer) {
+    throw CapacityExceeded("bench: cannot allocate " + std::to_string(alloc) +
+                           " bytes for the memory-limit buffer");
+  }
+#if defined(__linux__)
+  madvise(buffer.get(), alloc, MADV_HUGEPAGE);
+#endif
+  Line* line = buffer.get();
+  // Sattolo's shuffle: one cycle through every line, in random order.
+  for (std::uint64_t i = 0; i < lines; ++i) {
+    line[i].next = i;
+    line[i].pad[0] = i;
+  }
+  std::mt19937_64 rng(seed);
+  for (std::uint64_t i = lines - 1; i > 0; --i) {
+    const std::uint64_t j = rng() % i;
+    std::swap(line[i].next, line[j].next);
+  }
+  MemoryLimit limit;
+  limit.bytes = lines * sizeof(Line);
+  // Dependent: each read's address comes from the previous read.
+  const std::uint64_t dependent_reads = std::min<std::uint64_t>(lines, 2'000'000);
+  std::uint64_t at = 0;
+  double start = thread_cpu_seconds();
+  for (std::uint64_t i = 0; i < dependent_reads; ++i) {
+    at = line[at].next;
+  }
+  limit.dependent_ns = (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(dependent_reads);
+  // Independent: addresses from a generator that never waits on memory; the out-of-order core
+  // keeps as many of these loads in flight as it can.
+  const std::uint64_t independent_reads = 8'000'000;
+  std::uint64_t state = seed | 1U;
+  std::uint64_t sum = at;
+  start = thread_cpu_seconds();
+  for (std::uint64_t i = 0; i < independent_reads; i += 4) {
+    std::uint64_t idx[4];
+    for (std::uint64_t& x : idx) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      __extension__ typedef unsigned __int128 u128;
+      x = static_cast<std::uint64_t>((static_cast<u128>(state) * lines) >> 64);  // in [0, lines)
+    }
+    sum += line[idx[0]].pad[0] + line[idx[1]].pad[0] + line[idx[2]].pad[0] + line[idx[3]].pad[0];
+  }
+  limit.independent_ns =
+      (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(independent_reads);
+  limit.checksum = sum;
+  return limit;
+}
+
+}  // namespace prefixhit::cli

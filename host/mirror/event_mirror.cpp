@@ -1,0 +1,450 @@
+// EventMirror: a receiving thread (SUB sockets -> bounded queue) and an applying thread
+// (queue -> sequence checks, replay on gaps -> EventApplier). ZeroMQ sockets stay on the
+// thread that uses them; the only shared state is the queue and the stats, each under a mutex.
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "prefixhit/errors.hpp"
+#include "prefixhit/event_mirror.hpp"
+
+namespace prefixhit {
+
+namespace {
+
+constexpr std::uint64_t kEndOfReplay = ~std::uint64_t{0};
+
+std::uint64_t read_be64(const void* p) {
+  std::uint8_t b[8];
+  std::memcpy(b, p, 8);
+  std::uint64_t v = 0;
+  for (const std::uint8_t byte : b) {
+    v = (v << 8) | byte;
+  }
+  return v;
+}
+
+void write_be64(std::uint64_t v, std::uint8_t* out) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<std::uint8_t>(v & 0xFFU);
+    v >>= 8;
+  }
+}
+
+/// One received message, parsed as far as the frames go.
+struct Item {
+  std::size_t endpoint = 0;
+  bool ok = false;
+  std::uint64_t seq = 0;
+  std::string payload;  // or, when !ok, why the frames are bad
+};
+
+/// [topic, seq, payload] or, from older publishers, [seq, payload].
+Item parse_frames(std::vector<zmq::message_t>& frames, std::size_t endpoint) {
+  Item item;
+  item.endpoint = endpoint;
+  if (frames.size() != 2 && frames.size() != 3) {
+    item.payload =
+        "message has " + std::to_string(frames.size()) + " frames (expected [topic, seq, payload])";
+    return item;
+  }
+  const zmq::message_t& seq = frames[frames.size() - 2];
+  if (seq.size() != 8) {
+    item.payload = "sequence frame has " + std::to_string(seq.size()) + " bytes (expected 8)";
+    return item;
+  }
+  item.ok = true;
+  item.seq = read_be64(seq.data());
+  const zmq::message_t& payload = frames.back();
+  item.payload.assign(static_cast<const char*>(payload.data()), payload.size());
+  return item;
+}
+
+}  // namespace
+
+bool mirror_available() noexcept {
+  return true;
+}
+
+struct EventMirror::Impl {
+  Impl(MirrorSink& s, EventMirrorOptions o)
+      : options(std::move(o)), applier(s, options), sink(&s) {}
+
+  struct Stream {
+    bool has_seq = false;
+    std::uint64_t last_seq = 0;
+  };
+
+  void receive_loop() {
+    std::vector<zmq::pollitem_t> items;
+    for (auto& s : subs) {
+      items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    }
+    std::vector<zmq::message_t> frames;
+    while (!stopping.load(std::memory_order_acquire)) {
+      try {
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
+      } catch (const zmq::error_t&) {
+        continue;  // EINTR
+      }
+      for (std::size_t e = 0; e < subs.size(); ++e) {
+        if ((items[e].revents & ZMQ_POLLIN) == 0) {
+          continue;
+        }
+        // Drain what is ready on this socket, bounded so that no endpoint starves another.
+        for (int burst = 0; burst < 256; ++burst) {
+          frames.clear();
+          std::optional<std::size_t> got;
+          try {
+            got =
+                zmq::recv_multipart(subs[e], std::back_inserter(frames), zmq::recv_flags::dontwait);
+          } catch (const zmq::error_t&) {
+            got.reset();
+          }
+          if (!got) {
+            break;
+          }
+          try {
+            push(parse_frames(frames, e));
+          } catch (const std::bad_alloc&) {
+            // No memory for the copy: the message is lost; the sequence gap will show it.
+          }
+        }
+      }
+    }
+  }
+
+  void push(Item item) {
+    std::unique_lock<std::mutex> lock(queue_mutex);
+    if (queue.size() >= options.queue_capacity) {
+      {
+        std::lock_guard<std::mutex> s(state_mutex);
+        ++applier.mutable_stats().backpressure;
+      }
+      not_full.wait(lock, [&] {
+        return queue.size() < options.queue_capacity || stopping.load(std::memory_order_acquire);
+      });
+    }
+    queue.push_back(std::move(item));
+    not_empty.notify_one();
+  }
+
+  void apply_loop() {
+    while (true) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex);
+        not_empty.wait(lock,
+                       [&] { return !queue.empty() || stopping.load(std::memory_order_acquire); });
+        if (queue.empty()) {
+          return;
+        }
+        item = std::move(queue.front());
+        queue.pop_front();
+        not_full.notify_one();
+      }
+      try {
+        handle(item);
+      } catch (const std::exception& e) {
+        // Only an allocation failure gets here (bad input is handled inside): skip the message
+        // rather than end the thread.
+        std::lock_guard<std::mutex> lock(state_mutex);
+        ++applier.mutable_stats().failed_events;
+        applier.mutable_stats().last_error = std::string("message skipped: ") + e.what();
+      }
+    }
+  }
+
+  /// Sequence checks for one live message, then apply.
+  void handle(const Item& item) {
+    if (!item.ok) {
+      std::lock_guard<std::mutex> lock(state_mutex);
+      ++applier.mutable_stats().malformed_messages;
+      applier.mutable_stats().last_error = item.payload;
+      return;
+    }
+    Stream& stream = streams[item.endpoint];
+    const std::uint64_t first = options.format == EventFormat::vllm ? 0 : 1;
+    const std::uint64_t expected = stream.has_seq ? stream.last_seq + 1 : first;
+    if (stream.has_seq && item.seq < expected) {
+      if (item.seq <= first) {
+        // The publisher restarted and numbers from the start again: what we hold may be stale.
+        std::lock_guard<std::mutex> lock(state_mutex);
+        resync_locked("publisher restarted (sequence went back to " + std::to_string(item.seq) +
+                      ")");
+      } else {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        ++applier.mutable_stats().duplicates;
+        return;
+      }
+    } else if (item.seq > expected) {
+      recover_gap(item.endpoint, expected, item.seq);
+      if (stream.has_seq && item.seq <= stream.last_seq) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        ++applier.mutable_stats().duplicates;  // the replay already covered it
+        return;
+      }
+    }
+    apply(item.endpoint, item.seq, item.payload);
+  }
+
+  void apply(std::size_t endpoint, std::uint64_t seq, const std::string& payload) {
+    std::lock_guard<std::mutex> lock(state_mutex);
+    applier.apply_payload(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+    Stream& stream = streams[endpoint];
+    stream.has_seq = true;
+    stream.last_seq = seq;
+    EventMirrorStats& st = applier.mutable_stats();
+    st.has_seq = true;
+    st.last_seq = std::max(st.last_seq, seq);
+    applied.notify_all();
+  }
+
+  void resync_locked(const std::string& why) {
+    try {
+      applier.clear();
+    } catch (const std::exception& e) {
+      applier.mutable_stats().last_error = std::string("clear failed: ") + e.what();
+    }
+    ++applier.mutable_stats().resyncs;
+    applier.mutable_stats().last_error = "resync: " + why;
+  }
+
+  /// Messages [expected, seen) are missing on `endpoint`: ask its replay socket for them.
+  void recover_gap(std::size_t endpoint, std::uint64_t expected, std::uint64_t seen) {
+    {
+      std::lock_guard<std::mutex> lock(state_mutex);
+      ++applier.mutable_stats().gaps;
+    }
+    const std::string& replay =
+        endpoint < options.replay_endpoints.size() ? options.replay_endpoints[endpoint] : empty;
+    std::string why;
+    if (replay.empty()) {
+      why = "no replay endpoint";
+    } else if (replay_from(endpoint, replay, expected, why)) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(state_mutex);
+    applier.mutable_stats().missed_messages += seen - expected;
+    resync_locked("messages " + std::to_string(expected) + ".." + std::to_string(seen - 1) +
+                  " lost (" + why + ")");
+  }
+
+  /// Requests [start, ...] from the ROUTER at `endpoint_name` and applies what comes back, in
+  /// order. True when the replay started exactly at `start` (the gap is filled).
+  bool replay_from(std::size_t endpoint, const std::string& endpoint_name, std::uint64_t start,
+                   std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(state_mutex);
+      ++applier.mutable_stats().replays;
+    }
+    bool filled = false;
+    bool first = true;
+    try {
+      // A fresh socket per request: a late reply to an abandoned request can never be mixed
+      // into this one.
+      zmq::socket_t dealer(context, zmq::socket_type::dealer);
+      dealer.set(zmq::sockopt::linger, 0);
+      dealer.connect(endpoint_name);
+      std::uint8_t start_bytes[8];
+      write_be64(start, start_bytes);
+      std::array<zmq::const_buffer, 2> request = {zmq::const_buffer(nullptr, 0),
+                                                  zmq::buffer(start_bytes, 8)};
+      zmq::send_multipart(dealer, request);
+      std::vector<zmq::message_t> frames;
+      while (true) {
+        zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(options.replay_timeout_ms));
+        if ((item.revents & ZMQ_POLLIN) == 0) {
+          why = "replay timed out";
+          return false;
+        }
+        frames.clear();
+        if (!zmq::recv_multipart(dealer, std::back_inserter(frames))) {
+          why = "replay receive failed";
+          return false;
+        }
+        // [b"", topic, seq, payload] or [b"", seq, payload]; the end is a seq of all 0xFF.
+        if (frames.size() < 3 || frames.size() > 4 || !frames[0].empty() ||
+            frames[frames.size() - 2].size() != 8) {
+          why = "malformed replay frames";
+          return false;
+        }
+        const std::uint64_t seq = read_be64(frames[frames.size() - 2].data());
+        if (seq == kEndOfReplay) {
+          break;
+        }
+        if (first) {
+          first = false;
+          filled = seq <= start;
+          if (!filled) {
+            why = "the publisher no longer holds message " + std::to_string(start) +
+                  " (replay starts at " + std::to_string(seq) + ")";
+            std::lock_guard<std::mutex> lock(state_mutex);
+            applier.mutable_stats().missed_messages += seq - start;
+            resync_locked(why);
+          }
+        }
+        Stream& stream = streams[endpoint];
+        if (stream.has_seq && seq <= stream.last_seq) {
+          continue;
+        }
+        const zmq::message_t& payload = frames.back();
+        apply(endpoint, seq, std::string(static_cast<const char*>(payload.data()), payload.size()));
+        std::lock_guard<std::mutex> lock(state_mutex);
+        ++applier.mutable_stats().replayed_messages;
+      }
+    } catch (const zmq::error_t& e) {
+      why = std::string("replay failed: ") + e.what();
+      return false;
+    }
+    if (first) {
+      why = "the publisher holds nothing to replay";
+      return false;
+    }
+    // A partial replay already resynced; report it filled so the caller does not clear again.
+    return true;
+  }
+
+  EventMirrorOptions options;
+  EventApplier applier;
+  MirrorSink* sink;
+  zmq::context_t context{1};
+  std::vector<zmq::socket_t> subs;
+  std::vector<Stream> streams;
+  const std::string empty;
+
+  std::mutex queue_mutex;
+  std::condition_variable not_empty;
+  std::condition_variable not_full;
+  std::deque<Item> queue;
+
+  mutable std::mutex state_mutex;  // the applier and its stats
+  mutable std::condition_variable applied;
+
+  std::atomic<bool> stopping{false};
+  std::thread receiver;
+  std::thread worker;
+};
+
+EventMirror::EventMirror(MirrorSink& sink, EventMirrorOptions options) {
+  if (options.endpoints.empty()) {
+    throw InvalidArgument("EventMirror: no endpoint to subscribe to");
+  }
+  if (options.replay_endpoints.size() > options.endpoints.size()) {
+    throw InvalidArgument("EventMirror: " + std::to_string(options.replay_endpoints.size()) +
+                          " replay endpoints for " + std::to_string(options.endpoints.size()) +
+                          " endpoints");
+  }
+  if (options.queue_capacity == 0) {
+    throw InvalidArgument("EventMirror: queue_capacity must be at least 1");
+  }
+  if (options.replay_timeout_ms <= 0) {
+    throw InvalidArgument("EventMirror: replay_timeout_ms must be positive");
+  }
+  if (options.ns > kMaxNamespace) {
+    throw InvalidArgument("EventMirror: namespace " + std::to_string(options.ns) +
+                          " exceeds the 24-bit maximum");
+  }
+  impl_ = std::make_unique<Impl>(sink, std::move(options));
+  Impl& m = *impl_;
+  m.streams.resize(m.options.endpoints.size());
+  for (const std::string& endpoint : m.options.endpoints) {
+    zmq::socket_t sub(m.context, zmq::socket_type::sub);
+    sub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::rcvhwm, 100000);
+    try {
+      sub.connect(endpoint);
+    } catch (const zmq::error_t& e) {
+      throw InvalidArgument("EventMirror: cannot connect to '" + endpoint + "': " + e.what());
+    }
+    sub.set(zmq::sockopt::subscribe, m.options.topic);
+    m.subs.push_back(std::move(sub));
+  }
+  for (const std::string& replay : m.options.replay_endpoints) {
+    if (replay.empty()) {
+      continue;
+    }
+    zmq::socket_t probe(m.context, zmq::socket_type::dealer);
+    probe.set(zmq::sockopt::linger, 0);
+    try {
+      probe.connect(replay);
+    } catch (const zmq::error_t& e) {
+      throw InvalidArgument("EventMirror: bad replay endpoint '" + replay + "': " + e.what());
+    }
+  }
+  m.worker = std::thread([&m] { m.apply_loop(); });
+  m.receiver = std::thread([&m] { m.receive_loop(); });
+}
+
+EventMirror::~EventMirror() {
+  stop();
+}
+
+void EventMirror::stop() {
+  if (!impl_) {
+    return;
+  }
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.queue_mutex);
+    m.stopping.store(true, std::memory_order_release);
+  }
+  m.not_empty.notify_all();
+  m.not_full.notify_all();
+  if (m.receiver.joinable()) {
+    m.receiver.join();
+  }
+  if (m.worker.joinable()) {
+    m.worker.join();
+  }
+  m.subs.clear();
+}
+
+bool EventMirror::running() const noexcept {
+  return impl_ && !impl_->stopping.load(std::memory_order_acquire);
+}
+
+EventMirrorStats EventMirror::stats() const {
+  Impl& m = *impl_;
+  EventMirrorStats out;
+  {
+    std::lock_guard<std::mutex> lock(m.state_mutex);
+    out = m.applier.stats();
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.queue_mutex);
+    out.queue_depth = m.queue.size();
+  }
+  out.index_keys = m.sink->size();
+  return out;
+}
+
+bool EventMirror::wait_for_seq(std::uint64_t seq, double timeout_s) const {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.state_mutex);
+  return m.applied.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    const EventMirrorStats& st = m.applier.stats();
+    return st.has_seq && st.last_seq >= seq;
+  });
+}
+
+const EventMirrorOptions& EventMirror::options() const noexcept {
+  return impl_->options;
+}
+
+}  // namespace prefixhit

@@ -1,0 +1,175 @@
+// The CLI under hostile arguments (issue 13, items 4, 5, 6 and 8), run as a subprocess with a
+// 10-second deadline: every case must end in a message and a non-zero exit, never a hang or a
+// signal. Skipped when the CLI is not built.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_code = -1;  ///< the exit status, or -1 when killed by a signal or the deadline
+  int signal = 0;      ///< the signal that ended it, if any
+  bool timed_out = false;
+  std::string output;  ///< stdout and stderr together
+};
+
+std::string cli_path() {
+#ifdef PREFIXHIT_CLI_PATH
+  return PREFIXHIT_CLI_PATH;
+#else
+  return {};
+#endif
+}
+
+/// Runs the CLI with `args`; `file_limit` (bytes) sets RLIMIT_FSIZE with SIGXFSZ at default.
+Outcome run_cli(const std::vector<std::string>& args, long file_limit = -1) {
+  const std::string out_path =
+      (fs::temp_directory_path() / ("prefixhit-cli-" + std::to_string(::getpid()) + ".out"))
+          .string();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::signal(SIGXFSZ, SIG_DFL);
+    if (file_limit >= 0) {
+      struct rlimit limit {};
+      ::getrlimit(RLIMIT_FSIZE, &limit);
+      limit.rlim_cur = static_cast<rlim_t>(file_limit);
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+    }
+    std::vector<std::string> all = {cli_path()};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) {
+      argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  Outcome o;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      o.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!o.timed_out) {
+    if (WIFEXITED(status)) {
+      o.exit_code = WEXITSTATUS(status);
+    } else {
+      o.signal = WTERMSIG(status);
+    }
+  }
+  std::ifstream in(out_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  o.output = text.str();
+  fs::remove(out_path);
+  return o;
+}
+
+/// Expects a clean refusal: no hang, no signal, a non-zero exit, a message with `needle`.
+void expect_refused(const std::vector<std::string>& args, const std::string& needle,
+                    long file_limit = -1) {
+  std::string line;
+  for (const std::string& a : args) {
+    line += a + " ";
+  }
+  const Outcome o = run_cli(args, file_limit);
+  EXPECT_FALSE(o.timed_out) << line << ": still running after 10 s";
+  EXPECT_EQ(o.signal, 0) << line << ": killed by signal " << o.signal << "\n" << o.output;
+  EXPECT_GT(o.exit_code, 0) << line << ": accepted\n" << o.output;
+  EXPECT_NE(o.output.find(needle), std::string::npos) << line << ": no \"" << needle << "\" in:\n"
+                                                      << o.output;
+}
+
+class CliHostile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cli_path().empty() || !fs::exists(cli_path())) {
+      GTEST_SKIP() << "the prefixhit CLI is not built";
+    }
+    std::string pattern = (fs::temp_directory_path() / "prefixhit-cli-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) {
+      fs::remove_all(dir_, ec);
+    }
+  }
+  std::string file(const std::string& name) const { return dir_ + "/" + name; }
+  std::string dir_;
+};
+
+TEST_F(CliHostile, IndexCommandsRefuseAFifoInsteadOfBlocking) {
+  const std::string fifo = file("index.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused({"index", "stats", fifo}, "FIFO");
+  expect_refused({"index", "load", fifo}, "FIFO");
+  expect_refused({"index", "save", "--synthetic", "2", fifo}, "FIFO");
+}
+
+TEST_F(CliHostile, NegativeAndNonFiniteNumbersAreRejected) {
+  const std::string index = file("small.pfx");
+  const Outcome saved = run_cli({"index", "save", "--synthetic", "2", index});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  expect_refused({"index", "load", "--max-capacity", "-1", index}, "negative");  // hung before
+  expect_refused({"index", "load", "--max-capacity", "9223372036854775808", index}, "max_capacity");
+  expect_refused({"index", "save", "--synthetic", "2", "--seed", "-1", index}, "negative");
+  expect_refused({"demo", "--seed", "-1"}, "negative");
+  expect_refused({"bench", "--min-time", "nan"}, "finite");
+  expect_refused({"bench", "--min-time", "inf"}, "finite");
+  expect_refused({"conformance", "--max-failures", "-1"}, "negative");
+}
+
+TEST_F(CliHostile, AbsurdBenchSizesGetAMessageNotBadAlloc) {
+  expect_refused(
+      {"bench", "--workload", "dsv4-flash", "--requests", "1048576", "--tokens", "67108864"},
+      "--requests");
+}
+
+TEST_F(CliHostile, AFileSizeLimitIsAnIoErrorNotSigxfsz) {
+  // `ulimit -f 64`: before, the save died of SIGXFSZ.
+  expect_refused({"index", "save", "--synthetic", "2000", file("big.pfx")}, "io_error", 64 * 1024);
+  EXPECT_FALSE(fs::exists(file("big.pfx")));
+}
+
+TEST_F(CliHostile, ConformanceRefusesBombsAndEmptyInput) {
+  const std::string bomb = file("bomb.json");
+  std::ofstream(bomb) << R"({"cases": [)" << std::string(70000, '[');
+  expect_refused({"conformance", bomb}, "nested more than");  // segfaulted before
+  const std::string empty = file("empty");
+  fs::create_directory(empty);
+  expect_refused({"conformance", empty}, "no *.json");  // passed before
+  const std::string no_cases = file("none.json");
+  std::ofstream(no_cases) << R"({"cases": []})";
+  expect_refused({"conformance", no_cases}, "no cases");
+}
+
+}  // namespace
