@@ -9,6 +9,7 @@
 
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
+#include "prefixhit/event_mirror.hpp"
 #include "prefixhit/existence.hpp"
 #include "prefixhit/types.hpp"
 
@@ -128,6 +129,29 @@ class ResidencyIndex final : public ResidencySink {
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+/// Feeds one worker's KV events into a ResidencyIndex: give each worker's EventMirror (one
+/// endpoint per worker; a dp-ranked engine publishes one endpoint per rank) its own sink with that
+/// worker's id. The mirror handles AllBlocksCleared and resyncs by erasing the keys it put in,
+/// which this sink turns into the worker's pairs only. A call validates every key (group id,
+/// width, bytes past the width) before applying any, so a throwing call applies nothing.
+class WorkerResidencySink final : public MirrorSink {
+ public:
+  /// Throws InvalidArgument for a worker or tier outside the index.
+  WorkerResidencySink(ResidencyIndex& index, WorkerId worker, int tier = 0);
+  void insert(Namespace ns, span<const EventKey> keys) override;
+  void erase(Namespace ns, span<const EventKey> keys) override;
+  /// (key, worker-tier) pairs this sink holds.
+  std::size_t size() const override;
+
+ private:
+  void apply(Namespace ns, span<const EventKey> keys, bool insert);
+
+  ResidencyIndex* index_;
+  WorkerId worker_;
+  int tier_;
+  std::size_t pairs_ = 0;
 };
 
 struct ScoreOptions {

@@ -316,8 +316,8 @@ TEST(Router, BadInputIsRefusedAndAppliesNothing) {
   config.groups = {GroupSpec::full_attention(16)};
   const Coordinator c(config);
   const std::vector<std::int64_t> offsets{0, 3};
-  const std::vector<std::int64_t> too_long{16 * 4};
-  EXPECT_THROW(score_workers(c, LookupBatch{keys, offsets, too_long, {}}, index), InvalidArgument);
+  const std::vector<std::int64_t> bad_length{-1};
+  EXPECT_THROW(score_workers(c, LookupBatch{keys, offsets, bad_length, {}}, index), InvalidArgument);
   const std::vector<std::int64_t> ok{48};
   const RouterScores s = score_workers(c, LookupBatch{keys, offsets, ok, {}}, index);
   EXPECT_THROW(s.result(1, 0), InvalidArgument);
@@ -337,6 +337,49 @@ TEST(Router, TopKBreaksTiesByLoadThenId) {
   EXPECT_EQ(top_k_workers(s, 3, load), (std::vector<std::int32_t>{2, 4, 1}));
   EXPECT_EQ(top_k_workers(s, 2), (std::vector<std::int32_t>{1, 2}));
   EXPECT_EQ(top_k_workers(s, 7), (std::vector<std::int32_t>{1, 2, 4, 0, 3, -1, -1}));
+}
+
+}  // namespace
+}  // namespace prefixhit
+
+namespace prefixhit {
+namespace {
+
+EventKey event_key(std::uint8_t fill, int group, std::uint8_t width = 32) {
+  EventKey k;
+  for (std::size_t b = 0; b < width; ++b) {
+    k.bytes[b] = static_cast<std::uint8_t>(fill + b);
+  }
+  k.digest_size = width;
+  k.group_id = group;
+  return k;
+}
+
+TEST(Router, WorkerSinksFeedTheResidencyIndex) {
+  ResidencyIndex index(ResidencyOptions{3, 2, 64, 0});
+  WorkerResidencySink w0(index, 0);
+  WorkerResidencySink w2(index, 2, 1);
+  const std::vector<EventKey> keys{event_key(1, 0), event_key(2, 1, 8), event_key(3, 0, 16)};
+  w0.insert(4, keys);
+  w2.insert(4, {keys.data(), 2});
+  EXPECT_EQ(w0.size(), 3U);
+  EXPECT_EQ(w2.size(), 2U);
+  EXPECT_EQ(index.size(), 3U);
+  EXPECT_TRUE(index.contains(0, 4, 1, to_index_digest(keys[1]), 8));
+  EXPECT_FALSE(index.contains(0, 4, 1, to_index_digest(keys[1]), 32));  // width is in the key
+  EXPECT_TRUE(index.contains(2, 4, 0, to_index_digest(keys[0]), 32, 2U));
+  EXPECT_FALSE(index.contains(2, 4, 0, to_index_digest(keys[0]), 32, 1U));
+  w0.erase(4, keys);
+  EXPECT_EQ(w0.size(), 0U);
+  EXPECT_EQ(index.size(), 2U);
+  // A bad key anywhere in the call applies nothing.
+  std::vector<EventKey> bad = keys;
+  bad.push_back(event_key(9, kMaxGroups));
+  EXPECT_THROW(w0.insert(4, bad), InvalidArgument);
+  EXPECT_EQ(w0.size(), 0U);
+  EXPECT_EQ(index.size(), 2U);
+  EXPECT_THROW(WorkerResidencySink(index, 3), InvalidArgument);
+  EXPECT_THROW(WorkerResidencySink(index, 0, 2), InvalidArgument);
 }
 
 }  // namespace
