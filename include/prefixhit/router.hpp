@@ -2,6 +2,7 @@
 // for a batch of requests in one pass over the request's probes.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -151,7 +152,7 @@ class WorkerResidencySink final : public MirrorSink {
   ResidencyIndex* index_;
   WorkerId worker_;
   int tier_;
-  std::size_t pairs_ = 0;
+  std::atomic<std::size_t> pairs_{0};  // written by the mirror thread, read by stats()
 };
 
 struct ScoreOptions {
