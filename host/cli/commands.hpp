@@ -39,6 +39,7 @@ void add_conformance_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_index_command(CLI::App& app);
+void add_route_bench_command(CLI::App& app);
 void add_mirror_command(CLI::App& app);
 
 }  // namespace prefixhit::cli

@@ -16,6 +16,7 @@ int run(int argc, char** argv) {
   prefixhit::cli::add_bench_command(app);
   prefixhit::cli::add_demo_command(app);
   prefixhit::cli::add_index_command(app);
+  prefixhit::cli::add_route_bench_command(app);
   prefixhit::cli::add_mirror_command(app);
   try {
     app.parse(argc, argv);

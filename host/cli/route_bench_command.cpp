@@ -1,0 +1,400 @@
+// `prefixhit route-bench`: a synthetic multi-worker routing workload. It fills a residency index
+// (workers holding random shared documents to random depths, with evictions), scores every
+// worker for every request in one pass (score_workers), checks the scores against the naive loop
+// of one single-store lookup per worker, and reports the speed ratio, per-request latency
+// percentiles at 1 and 2 threads, top-k cost and memory per (key, worker) pair.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "host/cli/bench.hpp"
+#include "host/cli/commands.hpp"
+#include "prefixhit/errors.hpp"
+#include "prefixhit/router.hpp"
+
+namespace prefixhit::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct RouteBenchOptions {
+  std::string workload = "dsv4-flash";
+  int workers = 128;
+  std::int64_t requests = 1024;
+  std::int64_t min_tokens = 8192;
+  std::int64_t max_tokens = 131072;
+  int documents = 32;
+  double hold = 0.25;    ///< chance a worker holds a document
+  double evict = 0.01;   ///< chance a held window-group key was evicted
+  int depth_levels = 0;  ///< 0: a worker holds a document to any block; else to k/levels of it
+  int naive_every = 8;   ///< run the naive W-lookup loop on every n-th request
+  int top_k = 4;
+  std::uint64_t seed = 1;
+  bool json = false;
+};
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) {
+    return 0;
+  }
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+struct Requests {
+  std::vector<BlockDigest> digests;
+  std::vector<std::int64_t> offsets{0};
+  std::vector<std::int64_t> max_lengths;
+  std::vector<std::int64_t> tokens;
+
+  LookupBatch one(std::size_t r) const {
+    const auto off = static_cast<std::size_t>(offsets[r]);
+    return LookupBatch{span<const BlockDigest>(digests.data() + off,
+                                               static_cast<std::size_t>(offsets[r + 1]) - off),
+                       span<const std::int64_t>(offset_pair_.data() + 2 * r, 2),
+                       span<const std::int64_t>(max_lengths.data() + r, 1),
+                       {}};
+  }
+  void finish() {
+    offset_pair_.clear();
+    for (std::size_t r = 0; r + 1 < offsets.size(); ++r) {
+      offset_pair_.push_back(0);
+      offset_pair_.push_back(offsets[r + 1] - offsets[r]);
+    }
+  }
+  LookupBatch all() const { return LookupBatch{digests, offsets, max_lengths, {}}; }
+
+ private:
+  std::vector<std::int64_t> offset_pair_;
+};
+
+/// Requests of T tokens (uniform in [lo, hi], multiples of the scheduler block): a document's
+/// prefix, then fresh tokens. max_length = T - 1, as a scheduler asks for a prompt of T tokens.
+Requests make_requests(std::mt19937_64& rng, const Config& config,
+                       const std::vector<std::vector<BlockDigest>>& docs, std::int64_t count,
+                       std::int64_t lo, std::int64_t hi) {
+  Requests out;
+  const std::int64_t h = config.hash_block_size;
+  const std::int64_t step = config.scheduler_block_size;
+  for (std::int64_t r = 0; r < count; ++r) {
+    const std::int64_t t =
+        std::uniform_int_distribution<std::int64_t>(lo / step, hi / step)(rng) * step;
+    const auto& doc = docs[rng() % docs.size()];
+    const auto n = static_cast<std::size_t>(t / h);
+    const std::size_t shared = std::min(n, doc.size());
+    out.digests.insert(out.digests.end(), doc.begin(),
+                       doc.begin() + static_cast<std::ptrdiff_t>(shared));
+    for (std::size_t i = shared; i < n; ++i) {
+      BlockDigest d;
+      for (auto& b : d.bytes) {
+        b = static_cast<std::uint8_t>(rng());
+      }
+      out.digests.push_back(d);
+    }
+    out.offsets.push_back(static_cast<std::int64_t>(out.digests.size()));
+    out.max_lengths.push_back(t - 1);
+    out.tokens.push_back(t);
+  }
+  out.finish();
+  return out;
+}
+
+/// Latencies (us) of scoring each request alone, on `threads` threads splitting the requests.
+std::vector<double> per_request_latencies(const Coordinator& c, const Requests& req,
+                                          const ResidencyIndex& residency, int threads) {
+  const std::size_t r = req.max_lengths.size();
+  std::vector<double> lat(r, 0);
+  ScoreOptions options;
+  options.num_threads = 1;
+  auto body = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      const auto start = clock_type::now();
+      const RouterScores s = score_workers(c, req.one(i), residency, options);
+      lat[i] = seconds_since(start) * 1e6;
+      if (s.hit_lengths.empty()) {
+        std::abort();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) {
+    pool.emplace_back(body, r * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads),
+                      r * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads));
+  }
+  body(0, r / static_cast<std::size_t>(threads));
+  for (auto& t : pool) {
+    t.join();
+  }
+  return lat;
+}
+
+int run_route_bench(const RouteBenchOptions& o) {
+  if (o.workers < 1 || o.workers > kMaxWorkers) {
+    throw InvalidArgument("--workers must be in [1, " + std::to_string(kMaxWorkers) + "]");
+  }
+  if (o.requests < 1 || o.documents < 1 || o.naive_every < 1 || o.top_k < 1 || o.depth_levels < 0) {
+    throw InvalidArgument("--requests, --documents, --naive-every and --top-k must be positive");
+  }
+  if (o.min_tokens < 1 || o.max_tokens < o.min_tokens) {
+    throw InvalidArgument("--min-tokens must be positive and at most --max-tokens");
+  }
+  const Workload w = make_workload(o.workload, o.max_tokens);
+  const Coordinator c(w.config);
+  const Config& config = c.config();
+  std::mt19937_64 rng(o.seed);
+  const std::int64_t h = config.hash_block_size;
+  const std::int64_t step = config.scheduler_block_size;
+
+  // Documents: shared prefixes of min..max tokens.
+  std::vector<std::vector<BlockDigest>> docs(static_cast<std::size_t>(o.documents));
+  for (std::size_t d = 0; d < docs.size(); ++d) {
+    const std::int64_t t =
+        std::uniform_int_distribution<std::int64_t>(o.min_tokens / step, o.max_tokens / step)(rng) *
+        step;
+    docs[d] = make_request_hashes(make_workload(o.workload, t), 1, rng());
+  }
+
+  // Residency: each worker holds some documents to a random depth, minus a few evictions in
+  // the window groups (holes that split workers at window boundaries).
+  ResidencyIndex residency(ResidencyOptions{o.workers, 1, 1 << 16, 0});
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::size_t inserted = 0;
+  double insert_s = 0;
+  for (int wk = 0; wk < o.workers; ++wk) {
+    for (const auto& doc : docs) {
+      if (unit(rng) >= o.hold) {
+        continue;
+      }
+      const auto depth_blocks = static_cast<std::int64_t>(doc.size()) * h / step;
+      std::int64_t depth =
+          (1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(depth_blocks))) * step;
+      if (o.depth_levels > 0) {
+        const auto level =
+            static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(o.depth_levels)) + 1;
+        depth = std::max<std::int64_t>(1, depth_blocks * level / o.depth_levels) * step;
+      }
+      const span<const BlockDigest> prefix(doc.data(), static_cast<std::size_t>(depth / h));
+      for (std::size_t g = 0; g < config.groups.size(); ++g) {
+        std::vector<BlockDigest> keys = c.chunk_keys(prefix, config.groups[g].block_size);
+        if ((config.groups[g].kind == GroupKind::sliding_window ||
+             config.groups[g].kind == GroupKind::sliding_window_mla) &&
+            o.evict > 0) {
+          keys.erase(std::remove_if(keys.begin(), keys.end(),
+                                    [&](const BlockDigest&) { return unit(rng) < o.evict; }),
+                     keys.end());
+        }
+        const auto start = clock_type::now();
+        inserted += residency.insert(static_cast<WorkerId>(wk), 0, static_cast<int>(g), keys);
+        insert_s += seconds_since(start);
+      }
+    }
+  }
+  const ResidencyMemory mem = residency.memory();
+
+  const Requests req = make_requests(rng, config, docs, o.requests, o.min_tokens, o.max_tokens);
+  const Requests small = make_requests(rng, config, docs, o.requests, 8192, 8192);
+
+  // Whole batch, 1 and 2 threads.
+  ScoreOptions one;
+  one.num_threads = 1;
+  ScoreOptions two;
+  two.num_threads = 2;
+  (void)score_workers(c, req.all(), residency, one);  // warm up
+  auto start = clock_type::now();
+  const RouterScores scores = score_workers(c, req.all(), residency, one);
+  const double batch1_s = seconds_since(start);
+  start = clock_type::now();
+  (void)score_workers(c, req.all(), residency, two);
+  const double batch2_s = seconds_since(start);
+
+  // Naive loop on every n-th request: W single-store lookups against each worker's view;
+  // the same requests scored alone for the ratio. Also checks the scores are exact.
+  // Each loop runs over all sampled requests in turn, so neither warms the cache for the other.
+  double naive_s = 0;
+  double scored_s = 0;
+  std::size_t checked = 0;
+  std::size_t mismatches = 0;
+  std::vector<std::size_t> sample;
+  for (std::size_t r = 0; r < req.max_lengths.size();
+       r += static_cast<std::size_t>(o.naive_every)) {
+    sample.push_back(r);
+  }
+  start = clock_type::now();
+  for (const std::size_t r : sample) {
+    if (score_workers(c, req.one(r), residency, one).hit_lengths.empty()) {
+      return 1;
+    }
+  }
+  scored_s = seconds_since(start);
+  std::vector<LookupResult> naive;
+  naive.reserve(sample.size() * static_cast<std::size_t>(o.workers));
+  start = clock_type::now();
+  for (const std::size_t r : sample) {
+    const LookupBatch b = req.one(r);
+    for (int wk = 0; wk < o.workers; ++wk) {
+      const ResidencyIndex::WorkerView view(residency, static_cast<WorkerId>(wk), 0);
+      naive.push_back(c.find_longest_cache_hit(b.digests, b.max_lengths[0], view));
+    }
+  }
+  naive_s = seconds_since(start);
+  for (std::size_t i = 0; i < sample.size(); ++i) {
+    for (int wk = 0; wk < o.workers; ++wk) {
+      const LookupResult& want =
+          naive[i * static_cast<std::size_t>(o.workers) + static_cast<std::size_t>(wk)];
+      const LookupResult got = scores.result(sample[i], wk);
+      bool same = want.hit_length == got.hit_length && want.groups.size() == got.groups.size();
+      for (std::size_t g = 0; same && g < want.groups.size(); ++g) {
+        same = want.groups[g].num_blocks == got.groups[g].num_blocks &&
+               want.groups[g].num_placeholders == got.groups[g].num_placeholders;
+      }
+      mismatches += same ? 0 : 1;
+      ++checked;
+    }
+  }
+
+  const std::vector<double> lat1 = per_request_latencies(c, req, residency, 1);
+  const std::vector<double> lat2 = per_request_latencies(c, req, residency, 2);
+  const std::vector<double> small1 = per_request_latencies(c, small, residency, 1);
+  const std::vector<double> small2 = per_request_latencies(c, small, residency, 2);
+
+  std::vector<double> load(static_cast<std::size_t>(o.workers));
+  for (double& l : load) {
+    l = unit(rng);
+  }
+  start = clock_type::now();
+  const std::vector<std::int32_t> top = top_k_workers(scores, o.top_k, load);
+  const double topk_s = seconds_since(start);
+
+  std::int64_t hits = 0;
+  for (std::size_t r = 0; r < scores.num_requests; ++r) {
+    hits += scores.hit_lengths[r * static_cast<std::size_t>(o.workers) +
+                               static_cast<std::size_t>(std::max(top[r * o.top_k], 0))];
+  }
+  const auto n_req = static_cast<double>(o.requests);
+  const double ratio = scored_s > 0 ? naive_s / scored_s : 0;
+  nlohmann::json j = {
+      {"workload", o.workload},
+      {"workers", o.workers},
+      {"requests", o.requests},
+      {"tokens", {o.min_tokens, o.max_tokens}},
+      {"residency",
+       {{"keys", mem.keys},
+        {"pairs", mem.pairs},
+        {"worker_sets", mem.worker_sets},
+        {"table_bytes", mem.table_bytes},
+        {"set_bytes", mem.set_bytes},
+        {"bytes_per_pair_beyond_key", mem.bytes_per_pair_beyond_key()},
+        {"insert_pairs_per_s", insert_s > 0 ? static_cast<double>(inserted) / insert_s : 0}}},
+      {"classes_per_request", static_cast<double>(scores.classes) / n_req},
+      {"index_reads_per_request", static_cast<double>(scores.index_reads) / n_req},
+      {"probes_per_request", static_cast<double>(scores.probes) / n_req},
+      {"batch_requests_per_s_1t", n_req / batch1_s},
+      {"batch_requests_per_s_2t", n_req / batch2_s},
+      {"naive_vs_scored",
+       {{"requests", checked / static_cast<std::size_t>(o.workers)},
+        {"naive_us_per_request",
+         naive_s * 1e6 / static_cast<double>(checked / static_cast<std::size_t>(o.workers))},
+        {"scored_us_per_request",
+         scored_s * 1e6 / static_cast<double>(checked / static_cast<std::size_t>(o.workers))},
+        {"speedup", ratio},
+        {"mismatches", mismatches}}},
+      {"latency_us",
+       {{"all_1t", {{"p50", percentile(lat1, 0.5)}, {"p99", percentile(lat1, 0.99)}}},
+        {"all_2t", {{"p50", percentile(lat2, 0.5)}, {"p99", percentile(lat2, 0.99)}}},
+        {"8k_1t", {{"p50", percentile(small1, 0.5)}, {"p99", percentile(small1, 0.99)}}},
+        {"8k_2t", {{"p50", percentile(small2, 0.5)}, {"p99", percentile(small2, 0.99)}}}}},
+      {"top_k",
+       {{"k", o.top_k},
+        {"us_per_request", topk_s * 1e6 / n_req},
+        {"mean_best_hit_tokens", static_cast<double>(hits) / n_req}}}};
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("route-bench %s: %d workers, %lld requests of %lld-%lld tokens\n",
+                o.workload.c_str(), o.workers, static_cast<long long>(o.requests),
+                static_cast<long long>(o.min_tokens), static_cast<long long>(o.max_tokens));
+    std::printf(
+        "  residency: %zu keys, %zu (key, worker) pairs, %zu worker sets, %.2f B/pair "
+        "beyond the key, %.1f M pair inserts/s\n",
+        mem.keys, mem.pairs, mem.worker_sets, mem.bytes_per_pair_beyond_key(),
+        insert_s > 0 ? static_cast<double>(inserted) / insert_s / 1e6 : 0.0);
+    std::printf("  scoring: %.0f index reads, %.0f probes/request\n",
+                static_cast<double>(scores.index_reads) / n_req,
+                static_cast<double>(scores.probes) / n_req);
+    std::printf("  scoring: %.1f classes/request; batch %.0f requests/s (1 thread), %.0f (2)\n",
+                static_cast<double>(scores.classes) / n_req, n_req / batch1_s, n_req / batch2_s);
+    std::printf(
+        "  vs naive W-lookup loop (%zu requests): %.1f us vs %.1f us per request = "
+        "%.1fx; %zu mismatches in %zu worker results\n",
+        checked / static_cast<std::size_t>(o.workers),
+        scored_s * 1e6 / static_cast<double>(checked / static_cast<std::size_t>(o.workers)),
+        naive_s * 1e6 / static_cast<double>(checked / static_cast<std::size_t>(o.workers)), ratio,
+        mismatches, checked);
+    std::printf(
+        "  per-request latency us (p50/p99): all %.1f/%.1f (1t) %.1f/%.1f (2t); "
+        "8K tokens %.1f/%.1f (1t) %.1f/%.1f (2t)\n",
+        percentile(lat1, 0.5), percentile(lat1, 0.99), percentile(lat2, 0.5),
+        percentile(lat2, 0.99), percentile(small1, 0.5), percentile(small1, 0.99),
+        percentile(small2, 0.5), percentile(small2, 0.99));
+    std::printf("  top-%d: %.2f us/request\n", o.top_k, topk_s * 1e6 / n_req);
+  }
+  if (mismatches != 0) {
+    std::cerr << "prefixhit route-bench: " << mismatches
+              << " per-worker results differ from the single-store lookups\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_route_bench_command(CLI::App& app) {
+  auto o = std::make_shared<RouteBenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "route-bench",
+      "Synthetic multi-worker routing: residency index, exact per-worker scoring, top-k; checks "
+      "the scores against one lookup per worker and reports the speed ratio");
+  cmd->add_option("--workload", o->workload, "dsv4-flash, fa-3swa or fa-mamba-align")
+      ->capture_default_str();
+  cmd->add_option("--workers", o->workers, "workers")->capture_default_str();
+  cmd->add_option("--requests", o->requests, "requests in the batch")->capture_default_str();
+  cmd->add_option("--min-tokens", o->min_tokens, "shortest request")->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens, "longest request")->capture_default_str();
+  cmd->add_option("--documents", o->documents, "shared prefixes the workers hold")
+      ->capture_default_str();
+  cmd->add_option("--hold", o->hold, "chance a worker holds a document")->capture_default_str();
+  cmd->add_option("--evict", o->evict, "chance a window-group block was evicted")
+      ->capture_default_str();
+  cmd->add_option(
+         "--depth-levels", o->depth_levels,
+         "0: a worker holds a document to a random block; k: to 1/k, 2/k, ... or all of it")
+      ->capture_default_str();
+  cmd->add_option("--naive-every", o->naive_every,
+                  "time the naive W-lookup loop on every n-th request")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "workers per request in the top-k")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "workload seed")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print JSON");
+  cmd->callback([o] {
+    const int rc = run_route_bench(*o);
+    if (rc != 0) {
+      throw CLI::RuntimeError(rc);
+    }
+  });
+}
+
+}  // namespace prefixhit::cli
