@@ -3,8 +3,8 @@
 // it in at least one medium (vLLM's all-namespaces rule; one namespace for vLLM streams).
 //
 // An open-addressing table (linear probing, tombstones, seeded hash) rather than
-// std::unordered_map: one allocation-free probe per block hash keeps ingestion above 10M
-// hashes/s.
+// std::unordered_map: one allocation-free probe per block hash. An entry is one cache line
+// (the common single-holder case needs no second allocation), so a probe costs one miss.
 #pragma once
 
 #include <cstdint>
@@ -28,16 +28,20 @@ struct Holder {
 
 class KeyCounts {
  public:
-  struct Entry {
+  struct alignas(64) Entry {
     std::uint64_t w[4] = {0, 0, 0, 0};
     std::uint32_t meta = 0;  // group | width << 8
-    std::uint8_t state = 0;  // kEmpty, kLive, kTomb
-    std::uint16_t ranks_present = 0;
     // Holders: the first inline (the common single-medium case), more in `more`.
     Holder first{};
     std::uint32_t first_count = 0;
+    /// The applier's batch stamp: `was_present` is the key's presence before batch `epoch`.
+    std::uint32_t epoch = 0;
     std::unique_ptr<std::vector<std::pair<Holder, std::uint32_t>>> more;
+    std::uint8_t state = 0;  // kEmpty, kLive, kTomb
+    std::uint8_t ranks_present = 0;
+    bool was_present = false;
   };
+  static_assert(sizeof(Entry) == 64, "one entry per cache line");
 
   explicit KeyCounts(std::uint64_t seed) : seed_(seed | 1U) { rehash(1024); }
 
@@ -90,6 +94,8 @@ class KeyCounts {
     ++live_;
     return i;
   }
+
+  const Entry& at(std::size_t i) const { return slots_[i]; }
 
   /// Starts loading `key`'s home slot: an event's keys are prefetched together so that their
   /// cache misses overlap (the table outgrows L2 at a few ten thousand keys).
@@ -169,7 +175,7 @@ class KeyCounts {
         v.pop_back();
       }
     }
-    e.ranks_present = count_ranks(e);
+    e.ranks_present = static_cast<std::uint8_t>(count_ranks(e));
     return true;
   }
 
