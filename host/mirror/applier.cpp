@@ -55,8 +55,8 @@ struct EventApplier::Impl {
     } catch (...) {
       for (auto it = touched.rbegin(); it != touched.rend(); ++it) {
         counts.add(*it, holder, -1);
-        counts.drop_if_empty(*it);
       }
+      counts.drop_empty(touched);
       throw;
     }
     present_keys += changed.size();
@@ -96,9 +96,7 @@ struct EventApplier::Impl {
       }
       throw;
     }
-    for (const std::size_t i : touched) {
-      counts.drop_if_empty(i);
-    }
+    counts.drop_empty(touched);
     present_keys -= changed.size();
     ++stats.events_removed;
     stats.hashes_removed += ev.num_keys;
@@ -202,9 +200,7 @@ struct EventApplier::Impl {
         counts.add(it->entry, it->holder, -it->delta);
       }
     }
-    for (const std::size_t i : run_entries) {
-      counts.drop_if_empty(i);
-    }
+    counts.drop_empty(run_entries);
     if (!ok) {
       return false;
     }
