@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/test_support.hpp"
+#include "host/mirror/key_counts.hpp"
 #include "mirror/publisher.hpp"
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/event_mirror.hpp"
@@ -211,6 +212,49 @@ TEST(EventApplierBatching, BatchedEqualsEventByEvent) {
     ASSERT_EQ(sa.hashes_removed, sb.hashes_removed);
   }
   EXPECT_GT(a.stats().failed_events, 0U);  // the refusal path did run
+}
+
+/// The holder-count table under churn: clusters form and shrink (backward-shift deletion), and
+/// every key stays findable exactly while it has a holder.
+TEST(KeyCounts, ChurnKeepsEveryKeyFindable) {
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::cout << "[ seed ] " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  mirror::KeyCounts counts(rng());
+  std::set<std::uint64_t> live;
+  auto key = [](std::uint64_t h) {
+    EventKey k;
+    for (int b = 0; b < 8; ++b) {
+      k.bytes[static_cast<std::size_t>(b)] = static_cast<std::uint8_t>(h >> (56 - 8 * b));
+    }
+    k.digest_size = 8;
+    k.group_id = static_cast<std::int32_t>(h % 3);
+    return k;
+  };
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::size_t> touched;
+    const std::size_t n = 1 + rng() % 64;
+    counts.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t h = rng() % 3000;
+      if (rng() % 2 == 0) {
+        const std::size_t e = counts.find_or_add(key(h));
+        if (live.insert(h).second) {
+          counts.add(e, mirror::Holder{}, +1);
+        }
+      } else if (live.erase(h) != 0) {
+        const std::size_t e = counts.find(key(h));
+        ASSERT_NE(e, SIZE_MAX);
+        ASSERT_TRUE(counts.add(e, mirror::Holder{}, -1));
+        touched.push_back(e);
+      }
+    }
+    counts.drop_empty(touched);
+    for (std::uint64_t h = 0; h < 3000; ++h) {
+      ASSERT_EQ(counts.find(key(h)) != SIZE_MAX, live.count(h) != 0) << "round " << round;
+    }
+  }
 }
 
 }  // namespace
