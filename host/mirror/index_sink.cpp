@@ -29,6 +29,8 @@ int stage(span<const EventKey> keys, std::size_t width, std::vector<std::int32_t
           std::vector<BlockDigest>& digests) {
   digests.clear();
   groups.clear();
+  digests.reserve(keys.size());
+  groups.reserve(keys.size());
   int group = -2;
   for (const EventKey& key : keys) {
     if (key.digest_size != width) {
@@ -43,10 +45,23 @@ int stage(span<const EventKey> keys, std::size_t width, std::vector<std::int32_t
 
 constexpr std::size_t kWidths[] = {32, 16, 8};
 
+/// Bit w/8 set for each width present: a batch usually has one width, staged in one pass.
+unsigned widths_in(span<const EventKey> keys) {
+  unsigned bits = 0;
+  for (const EventKey& key : keys) {
+    bits |= 1U << (key.digest_size / 8U);
+  }
+  return bits;
+}
+
 }  // namespace
 
 void BlockIndexSink::insert(Namespace ns, span<const EventKey> keys) {
-  for (const std::size_t width : kWidths) {  // one vLLM event: one width, one group
+  const unsigned present = widths_in(keys);
+  for (const std::size_t width : kWidths) {  // one width per call to the index
+    if ((present & (1U << (width / 8U))) == 0) {
+      continue;
+    }
     const int group = stage(keys, width, groups_, digests_);
     if (group >= 0) {
       index_->insert(ns, group, span<const BlockDigest>(digests_), width);
@@ -58,7 +73,11 @@ void BlockIndexSink::insert(Namespace ns, span<const EventKey> keys) {
 }
 
 void BlockIndexSink::erase(Namespace ns, span<const EventKey> keys) {
+  const unsigned present = widths_in(keys);
   for (const std::size_t width : kWidths) {
+    if ((present & (1U << (width / 8U))) == 0) {
+      continue;
+    }
     const int group = stage(keys, width, groups_, digests_);
     if (group >= 0) {
       index_->erase(ns, group, span<const BlockDigest>(digests_), width);
