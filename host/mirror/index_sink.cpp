@@ -56,32 +56,45 @@ unsigned widths_in(span<const EventKey> keys) {
 
 }  // namespace
 
-void BlockIndexSink::insert(Namespace ns, span<const EventKey> keys) {
+void BlockIndexSink::apply(bool insert, Namespace ns, span<const EventKey> keys) {
   const unsigned present = widths_in(keys);
-  for (const std::size_t width : kWidths) {  // one width per call to the index
-    if ((present & (1U << (width / 8U))) == 0) {
-      continue;
+  std::size_t done = 0;  // widths applied, in kWidths order
+  try {
+    for (const std::size_t width : kWidths) {  // one call to the index per width
+      if ((present & (1U << (width / 8U))) != 0) {
+        apply_width(insert, ns, keys, width);
+      }
+      ++done;
     }
-    const int group = stage(keys, width, groups_, digests_);
-    if (group >= 0) {
-      index_->insert(ns, group, span<const BlockDigest>(digests_), width);
-    } else if (group == -1) {
-      index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
-                     width);
+  } catch (...) {
+    // All or nothing across widths: the keys changed presence, so the opposite call on the
+    // widths already applied restores them.
+    for (std::size_t w = 0; w < done; ++w) {
+      if ((present & (1U << (kWidths[w] / 8U))) != 0) {
+        try {
+          apply_width(!insert, ns, keys, kWidths[w]);
+        } catch (...) {  // nothing more can be done; the original error is what matters
+        }
+      }
     }
+    throw;
   }
 }
 
-void BlockIndexSink::erase(Namespace ns, span<const EventKey> keys) {
-  const unsigned present = widths_in(keys);
-  for (const std::size_t width : kWidths) {
-    if ((present & (1U << (width / 8U))) == 0) {
-      continue;
-    }
-    const int group = stage(keys, width, groups_, digests_);
-    if (group >= 0) {
+void BlockIndexSink::apply_width(bool insert, Namespace ns, span<const EventKey> keys,
+                                 std::size_t width) {
+  const int group = stage(keys, width, groups_, digests_);
+  if (group >= 0) {
+    if (insert) {
+      index_->insert(ns, group, span<const BlockDigest>(digests_), width);
+    } else {
       index_->erase(ns, group, span<const BlockDigest>(digests_), width);
-    } else if (group == -1) {
+    }
+  } else if (group == -1) {
+    if (insert) {
+      index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
+                     width);
+    } else {
       index_->erase(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
                     width);
     }

@@ -72,13 +72,17 @@ BlockDigest to_index_digest(const EventKey& key) noexcept;
 class BlockIndexSink final : public MirrorSink {
  public:
   explicit BlockIndexSink(BlockIndex& index) : index_(&index) {}
-  void insert(Namespace ns, span<const EventKey> keys) override;
-  void erase(Namespace ns, span<const EventKey> keys) override;
+  /// One index call per digest width present; all or nothing across widths.
+  void insert(Namespace ns, span<const EventKey> keys) override { apply(true, ns, keys); }
+  void erase(Namespace ns, span<const EventKey> keys) override { apply(false, ns, keys); }
   std::size_t size() const override { return index_->size(); }
   /// Only an index with a max_capacity refuses inserts.
   bool may_refuse() const override { return index_->options().max_capacity != 0; }
 
  private:
+  void apply(bool insert, Namespace ns, span<const EventKey> keys);
+  void apply_width(bool insert, Namespace ns, span<const EventKey> keys, std::size_t width);
+
   BlockIndex* index_;
   std::vector<std::int32_t> groups_;
   std::vector<BlockDigest> digests_;

@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include <msgpack.hpp>
+
 #include "cpu/test_support.hpp"
 #include "host/mirror/key_counts.hpp"
 #include "mirror/publisher.hpp"
@@ -212,6 +214,42 @@ TEST(EventApplierBatching, BatchedEqualsEventByEvent) {
     ASSERT_EQ(sa.hashes_removed, sb.hashes_removed);
   }
   EXPECT_GT(a.stats().failed_events, 0U);  // the refusal path did run
+}
+
+/// An event whose hashes mix widths (bytes and ints) is one index call per width; a refusal of
+/// a later width takes back the earlier ones, so the event applies all or nothing.
+TEST(EventApplierBatching, MixedWidthEventIsAllOrNothing) {
+  BlockIndexOptions o;
+  o.initial_capacity = 32;
+  o.max_capacity = 32;  // one bucket: 25 keys at most
+  BlockIndex index(o);
+  BlockIndexSink sink(index);
+  EventApplier a(sink, EventMirrorOptions{});
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(3);
+  pk.pack_double(1.0);
+  pk.pack_array(1);
+  pk.pack_array(5);  // positional: [tag, block_hashes, parent, token_ids, block_size]
+  pk.pack(std::string("BlockStored"));
+  pk.pack_array(30);
+  for (int i = 0; i < 20; ++i) {
+    pk.pack_bin(32);
+    const std::string digest(32, static_cast<char>(i + 1));
+    pk.pack_bin_body(digest.data(), 32);
+  }
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    pk.pack(i + 1);
+  }
+  pk.pack_nil();
+  pk.pack_array(0);
+  pk.pack(16);
+  pk.pack(0);
+  feed(a, std::string(buf.data(), buf.size()));
+  EXPECT_EQ(a.stats().malformed_events, 0U) << a.stats().last_error;
+  EXPECT_EQ(a.stats().failed_events, 1U);
+  EXPECT_EQ(index.size(), 0U);
+  EXPECT_EQ(a.stats().keys, 0U);
 }
 
 /// The holder-count table under churn: clusters form and shrink (backward-shift deletion), and
