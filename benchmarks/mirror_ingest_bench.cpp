@@ -2,6 +2,8 @@
 // BlockRemoved of blocks stored 8 messages earlier, so the index stays at a steady size)
 // decoded and applied to a BlockIndex. Items are block hashes (stored + removed).
 //   BM_MirrorApply:      EventApplier on prebuilt payloads (no sockets): decode + counts + index.
+//   BM_MirrorApplyNoIndex: the same into a sink that only counts keys: the mirror's own cost
+//                        (decode + holder counts + batching), without the index's.
 //   BM_MirrorZmqIngest:  the same payloads from a local PUB socket (tcp loopback) through an
 //                        EventMirror (its two threads), timed from the first send until the
 //                        last sequence is applied.
@@ -126,6 +128,43 @@ void BM_MirrorApply(benchmark::State& state) {
   state.SetLabel(positional ? "positional" : "tagged");
 }
 BENCHMARK(BM_MirrorApply)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+/// Takes the key changes and drops them (batched: it never refuses).
+class CountingSink final : public prefixhit::MirrorSink {
+ public:
+  void insert(prefixhit::Namespace, prefixhit::span<const prefixhit::EventKey> keys) override {
+    size_ += keys.size();
+  }
+  void erase(prefixhit::Namespace, prefixhit::span<const prefixhit::EventKey> keys) override {
+    size_ -= keys.size();
+  }
+  std::size_t size() const override { return size_; }
+  bool may_refuse() const override { return false; }
+
+ private:
+  std::size_t size_ = 0;
+};
+
+void BM_MirrorApplyNoIndex(benchmark::State& state) {
+  const bool positional = state.range(0) != 0;
+  const int events = 16;
+  const std::vector<std::string> msgs = payloads(512, events, positional);
+  std::int64_t hashes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    CountingSink sink;
+    prefixhit::EventApplier applier(sink, prefixhit::EventMirrorOptions{});
+    state.ResumeTiming();
+    for (const std::string& p : msgs) {
+      applier.apply_payload(reinterpret_cast<const std::uint8_t*>(p.data()), p.size());
+    }
+    benchmark::DoNotOptimize(sink.size());
+    hashes += hashes_in(msgs.size(), events);
+  }
+  state.SetItemsProcessed(hashes);
+  state.SetLabel(positional ? "positional" : "tagged");
+}
+BENCHMARK(BM_MirrorApplyNoIndex)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_MirrorZmqIngest(benchmark::State& state) {
   const int events = 16;

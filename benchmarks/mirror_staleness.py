@@ -34,7 +34,7 @@ def main() -> None:
     samples = []
     for i in range(args.puts):
         h = (i + 1) * 0x9E3779B97F4A7C15 % (1 << 64)
-        key = h.to_bytes(8, "big") + bytes(24)
+        key = h.to_bytes(8, "big")  # an int hash is a width-8 key: its big-endian bytes
         event = {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
                  "token_ids": [], "block_size": 16, "medium": "GPU", "group_idx": 0}
         payload = msgpack.packb([time.time(), [event], 0])

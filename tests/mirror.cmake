@@ -3,7 +3,8 @@
 # library has the mirror (cppzmq, libzmq and msgpack-cxx found).
 if(PREFIXHIT_HAS_MIRROR)
   add_executable(prefixhit_mirror_tests ${CMAKE_CURRENT_SOURCE_DIR}/mirror/event_mirror_test.cpp
-                 ${CMAKE_CURRENT_SOURCE_DIR}/mirror/router_mirror_test.cpp)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mirror/router_mirror_test.cpp
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mirror/batching_test.cpp)
   target_link_libraries(prefixhit_mirror_tests PRIVATE prefixhit GTest::gtest_main
                         ${PREFIXHIT_ZMQ_LIBRARY})
   target_include_directories(prefixhit_mirror_tests PRIVATE ${PROJECT_SOURCE_DIR}

@@ -1,6 +1,11 @@
-// EventApplier: decoded events -> holder counts -> the sink, one event at a time, in order.
-// An event whose sink call throws is undone in the counts, so the counts and the index never
-// disagree; a bad payload or event never reaches the counts at all.
+// EventApplier: decoded events -> holder counts -> the sink, in order. A message's run of
+// stored/removed events (up to a clear) reaches the sink as one erase and one insert of the
+// keys whose presence differs before and after the run (erase first); if the sink refuses that, the
+// run is undone and replayed event by event, which is also how a sink that may refuse for capacity
+// is always fed (so that exactly the refused events are skipped). An event whose sink call throws
+// is undone in the counts, so the counts and the index never disagree; a bad payload or event
+// never reaches the counts at all.
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <string>
@@ -50,8 +55,8 @@ struct EventApplier::Impl {
     } catch (...) {
       for (auto it = touched.rbegin(); it != touched.rend(); ++it) {
         counts.add(*it, holder, -1);
-        counts.drop_if_empty(*it);
       }
+      counts.drop_empty(touched);
       throw;
     }
     present_keys += changed.size();
@@ -91,12 +96,169 @@ struct EventApplier::Impl {
       }
       throw;
     }
-    for (const std::size_t i : touched) {
-      counts.drop_if_empty(i);
-    }
+    counts.drop_empty(touched);
     present_keys -= changed.size();
     ++stats.events_removed;
     stats.hashes_removed += ev.num_keys;
+  }
+
+  /// One holder change of a batched run, for undoing it.
+  struct Change {
+    std::size_t entry;
+    mirror::Holder holder;
+    int delta;
+  };
+
+  /// First touch of entry `i` in this run: remember its presence before the run.
+  void mark(std::size_t i) {
+    mirror::KeyCounts::Entry& e = counts.at(i);
+    if (e.epoch != epoch) {
+      e.epoch = epoch;
+      e.was_present = present(i);
+      run_entries.push_back(i);
+    }
+  }
+
+  /// Applies events [begin, end) (stored/removed only) with one sink erase and one sink
+  /// insert. False when the sink refused: then nothing of the run is applied (counts undone,
+  /// index as before) and the caller applies it event by event.
+  bool apply_run(const mirror::DecodedEvent* begin, const mirror::DecodedEvent* end) {
+    if (begin == end) {
+      return true;
+    }
+    std::size_t stored_keys = 0;
+    for (const mirror::DecodedEvent* ev = begin; ev != end; ++ev) {
+      stored_keys += ev->type == mirror::EventType::stored ? ev->num_keys : 0;
+    }
+    counts.reserve(stored_keys);  // entry indices stay valid for the whole run
+    if (++epoch == 0) {           // stamps wrapped: make every old stamp stale
+      counts.for_each([](std::size_t, mirror::KeyCounts::Entry& e) { e.epoch = 0; });
+      epoch = 1;
+    }
+    undo.clear();
+    run_entries.clear();
+    // The run's keys are contiguous in the batch: prefetch a fixed distance ahead so that the
+    // slots' cache misses overlap.
+    constexpr std::size_t kAhead = 12;
+    const std::size_t first = begin->first_key;
+    const std::size_t last = (end - 1)->first_key + (end - 1)->num_keys;
+    for (std::size_t j = first; j < std::min(last, first + kAhead); ++j) {
+      counts.prefetch(batch.keys[j]);
+    }
+    for (const mirror::DecodedEvent* ev = begin; ev != end; ++ev) {
+      const mirror::Holder holder{ev->rank, ev->medium};
+      const bool stored = ev->type == mirror::EventType::stored;
+      for (std::size_t j = ev->first_key; j < ev->first_key + ev->num_keys; ++j) {
+        if (j + kAhead < last) {
+          counts.prefetch(batch.keys[j + kAhead]);
+        }
+        const EventKey& key = batch.keys[j];
+        const std::size_t i = stored ? counts.find_or_add(key) : counts.find(key);
+        if (i == SIZE_MAX) {
+          continue;  // removed but never stored here (or before this mirror joined)
+        }
+        mark(i);
+        if (counts.add(i, holder, stored ? +1 : -1)) {
+          undo.push_back(Change{i, holder, stored ? +1 : -1});
+        }
+      }
+    }
+    inserted.clear();
+    changed.clear();  // erased
+    for (const std::size_t i : run_entries) {
+      const bool now = present(i);
+      if (now != counts.at(i).was_present) {
+        (now ? inserted : changed).push_back(mirror::KeyCounts::key_of(counts.at(i)));
+      }
+    }
+    // Erase first: a lookup in between sees only keys present both before and after the run
+    // (never a key the run removed).
+    bool ok = true;
+    try {
+      if (!changed.empty()) {
+        sink.erase(options.ns, span<const EventKey>(changed));
+      }
+    } catch (...) {
+      ok = false;
+    }
+    if (ok) {
+      try {
+        if (!inserted.empty()) {
+          sink.insert(options.ns, span<const EventKey>(inserted));
+        }
+      } catch (...) {
+        ok = false;
+        try {  // put back what the run erased; it was in the index a moment ago
+          sink.insert(options.ns, span<const EventKey>(changed));
+        } catch (const std::exception& e) {
+          stats.last_error = std::string("could not restore erased keys: ") + e.what();
+        }
+      }
+    }
+    if (!ok) {
+      for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
+        counts.add(it->entry, it->holder, -it->delta);
+      }
+    }
+    counts.drop_empty(run_entries);
+    if (!ok) {
+      return false;
+    }
+    present_keys += inserted.size();
+    present_keys -= changed.size();
+    for (const mirror::DecodedEvent* ev = begin; ev != end; ++ev) {
+      if (ev->type == mirror::EventType::stored) {
+        ++stats.events_stored;
+        stats.hashes_stored += ev->num_keys;
+      } else {
+        ++stats.events_removed;
+        stats.hashes_removed += ev->num_keys;
+      }
+    }
+    return true;
+  }
+
+  /// Applies one event on its own (stored or removed); a sink refusal is counted and skipped.
+  void apply_one(const mirror::DecodedEvent& ev) {
+    try {
+      if (ev.type == mirror::EventType::stored) {
+        apply_stored(ev);
+      } else {
+        apply_removed(ev);
+      }
+    } catch (const std::exception& e) {
+      ++stats.failed_events;
+      stats.last_error = std::string("index refused an event: ") + e.what();
+    }
+  }
+
+  void apply_events() {
+    const std::vector<mirror::DecodedEvent>& events = batch.events;
+    const bool batched = !sink.may_refuse();
+    std::size_t run = 0;  // start of the current run of stored/removed events
+    for (std::size_t e = 0; e <= events.size(); ++e) {
+      if (e < events.size() && events[e].type != mirror::EventType::cleared) {
+        if (!batched) {
+          apply_one(events[e]);
+        }
+        continue;
+      }
+      if (batched && !apply_run(events.data() + run, events.data() + e)) {
+        for (std::size_t k = run; k < e; ++k) {
+          apply_one(events[k]);
+        }
+      }
+      run = e + 1;
+      if (e < events.size()) {
+        try {
+          clear_all();
+          ++stats.events_cleared;
+        } catch (const std::exception& ex) {
+          ++stats.failed_events;
+          stats.last_error = std::string("index refused an event: ") + ex.what();
+        }
+      }
+    }
   }
 
   void clear_all() {
@@ -121,6 +283,10 @@ struct EventApplier::Impl {
   std::uint64_t present_keys = 0;
   std::vector<std::size_t> touched;
   std::vector<EventKey> changed;
+  std::vector<EventKey> inserted;
+  std::vector<Change> undo;
+  std::vector<std::size_t> run_entries;
+  std::uint32_t epoch = 0;
   EventMirrorStats stats;
 };
 
@@ -148,25 +314,7 @@ void EventApplier::apply_payload(const std::uint8_t* data, std::size_t size) {
   if (!m.batch.last_error.empty()) {
     m.stats.last_error = m.batch.last_error;
   }
-  for (const mirror::DecodedEvent& ev : m.batch.events) {
-    try {
-      switch (ev.type) {
-        case mirror::EventType::stored:
-          m.apply_stored(ev);
-          break;
-        case mirror::EventType::removed:
-          m.apply_removed(ev);
-          break;
-        case mirror::EventType::cleared:
-          m.clear_all();
-          ++m.stats.events_cleared;
-          break;
-      }
-    } catch (const std::exception& e) {
-      ++m.stats.failed_events;
-      m.stats.last_error = std::string("index refused an event: ") + e.what();
-    }
-  }
+  m.apply_events();
   ++m.stats.messages;
   if (m.batch.has_ts) {
     const double now_ms = std::chrono::duration<double, std::milli>(

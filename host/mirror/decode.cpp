@@ -213,11 +213,13 @@ std::uint16_t Decoder::intern_medium(std::string_view name) {
 
 void Decoder::decode(const std::uint8_t* data, std::size_t size, DecodedBatch& out) {
   out.reset();
-  msgpack::object_handle handle;
+  zone_.clear();
+  msgpack::object root;
   std::size_t offset = 0;
   try {
-    handle = msgpack::unpack(reinterpret_cast<const char*>(data), size, offset, reference_all,
-                             nullptr, kLimits);
+    bool referenced = false;
+    root = msgpack::unpack(zone_, reinterpret_cast<const char*>(data), size, offset, referenced,
+                           reference_all, nullptr, kLimits);
   } catch (const std::exception& e) {
     throw FormatError(std::string("payload is not msgpack: ") + e.what());
   }
@@ -225,7 +227,6 @@ void Decoder::decode(const std::uint8_t* data, std::size_t size, DecodedBatch& o
     throw FormatError("payload has " + std::to_string(size - offset) +
                       " bytes after its msgpack object");
   }
-  const msgpack::object& root = handle.get();
   if (root.type != msgpack::type::ARRAY || root.via.array.size < 2 || root.via.array.size > 3) {
     throw FormatError("payload is not [ts, events, dp_rank]");
   }

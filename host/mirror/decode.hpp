@@ -1,6 +1,8 @@
 // Decoding of KV-event payloads (vLLM and Mooncake master) into flat batches of key changes.
 #pragma once
 
+#include <msgpack.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -56,6 +58,9 @@ class Decoder {
 
   EventMirrorOptions options_;
   std::vector<std::string> media_;
+  /// Reused for every payload: after the first messages, decoding allocates nothing (strings
+  /// and bins are referenced in the payload, not copied).
+  msgpack::zone zone_{std::size_t{1} << 18};
 };
 
 }  // namespace prefixhit::mirror

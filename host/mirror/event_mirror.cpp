@@ -50,7 +50,8 @@ struct Item {
   std::size_t endpoint = 0;
   bool ok = false;
   std::uint64_t seq = 0;
-  std::string payload;  // or, when !ok, why the frames are bad
+  zmq::message_t payload;  // the payload frame itself (no copy)
+  std::string error;       // when !ok, why the frames are bad
 };
 
 /// [topic, seq, payload] or, from older publishers, [seq, payload].
@@ -58,19 +59,18 @@ Item parse_frames(std::vector<zmq::message_t>& frames, std::size_t endpoint) {
   Item item;
   item.endpoint = endpoint;
   if (frames.size() != 2 && frames.size() != 3) {
-    item.payload =
+    item.error =
         "message has " + std::to_string(frames.size()) + " frames (expected [topic, seq, payload])";
     return item;
   }
   const zmq::message_t& seq = frames[frames.size() - 2];
   if (seq.size() != 8) {
-    item.payload = "sequence frame has " + std::to_string(seq.size()) + " bytes (expected 8)";
+    item.error = "sequence frame has " + std::to_string(seq.size()) + " bytes (expected 8)";
     return item;
   }
   item.ok = true;
   item.seq = read_be64(seq.data());
-  const zmq::message_t& payload = frames.back();
-  item.payload.assign(static_cast<const char*>(payload.data()), payload.size());
+  item.payload = std::move(frames.back());
   return item;
 }
 
@@ -128,44 +128,56 @@ struct EventMirror::Impl {
     }
   }
 
+  /// Messages queued plus those the applier has taken but not finished: the bounded amount.
+  std::size_t pending_locked() const { return queue.size() + applying; }
+
   void push(Item item) {
     std::unique_lock<std::mutex> lock(queue_mutex);
-    if (queue.size() >= options.queue_capacity) {
+    if (pending_locked() >= options.queue_capacity) {
       {
         std::lock_guard<std::mutex> s(state_mutex);
         ++applier.mutable_stats().backpressure;
       }
       not_full.wait(lock, [&] {
-        return queue.size() < options.queue_capacity || stopping.load(std::memory_order_acquire);
+        return pending_locked() < options.queue_capacity ||
+               stopping.load(std::memory_order_acquire);
       });
     }
+    const bool was_empty = queue.empty();
     queue.push_back(std::move(item));
-    not_empty.notify_one();
+    if (was_empty) {  // the applier only sleeps on an empty queue
+      not_empty.notify_one();
+    }
   }
 
   void apply_loop() {
+    std::deque<Item> taken;
     while (true) {
-      Item item;
       {
         std::unique_lock<std::mutex> lock(queue_mutex);
+        applying = 0;
+        not_full.notify_one();
         not_empty.wait(lock,
                        [&] { return !queue.empty() || stopping.load(std::memory_order_acquire); });
         if (queue.empty()) {
           return;
         }
-        item = std::move(queue.front());
-        queue.pop_front();
-        not_full.notify_one();
+        // Take the whole queue: one lock and one wake-up per drain rather than per message.
+        taken.swap(queue);
+        applying = taken.size();
       }
-      try {
-        handle(item);
-      } catch (const std::exception& e) {
-        // Only an allocation failure gets here (bad input is handled inside): skip the message
-        // rather than end the thread.
-        std::lock_guard<std::mutex> lock(state_mutex);
-        ++applier.mutable_stats().failed_events;
-        applier.mutable_stats().last_error = std::string("message skipped: ") + e.what();
+      for (const Item& item : taken) {
+        try {
+          handle(item);
+        } catch (const std::exception& e) {
+          // Only an allocation failure gets here (bad input is handled inside): skip the
+          // message rather than end the thread.
+          std::lock_guard<std::mutex> lock(state_mutex);
+          ++applier.mutable_stats().failed_events;
+          applier.mutable_stats().last_error = std::string("message skipped: ") + e.what();
+        }
       }
+      taken.clear();
     }
   }
 
@@ -174,7 +186,7 @@ struct EventMirror::Impl {
     if (!item.ok) {
       std::lock_guard<std::mutex> lock(state_mutex);
       ++applier.mutable_stats().malformed_messages;
-      applier.mutable_stats().last_error = item.payload;
+      applier.mutable_stats().last_error = item.error;
       return;
     }
     Stream& stream = streams[item.endpoint];
@@ -202,9 +214,9 @@ struct EventMirror::Impl {
     apply(item.endpoint, item.seq, item.payload);
   }
 
-  void apply(std::size_t endpoint, std::uint64_t seq, const std::string& payload) {
+  void apply(std::size_t endpoint, std::uint64_t seq, const zmq::message_t& payload) {
     std::lock_guard<std::mutex> lock(state_mutex);
-    applier.apply_payload(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+    applier.apply_payload(static_cast<const std::uint8_t*>(payload.data()), payload.size());
     Stream& stream = streams[endpoint];
     stream.has_seq = true;
     stream.last_seq = seq;
@@ -303,8 +315,7 @@ struct EventMirror::Impl {
         if (stream.has_seq && seq <= stream.last_seq) {
           continue;
         }
-        const zmq::message_t& payload = frames.back();
-        apply(endpoint, seq, std::string(static_cast<const char*>(payload.data()), payload.size()));
+        apply(endpoint, seq, frames.back());
         std::lock_guard<std::mutex> lock(state_mutex);
         ++applier.mutable_stats().replayed_messages;
       }
@@ -332,6 +343,7 @@ struct EventMirror::Impl {
   std::condition_variable not_empty;
   std::condition_variable not_full;
   std::deque<Item> queue;
+  std::size_t applying = 0;  // messages taken from the queue, not yet applied
 
   mutable std::mutex state_mutex;  // the applier and its stats
   mutable std::condition_variable applied;
@@ -428,7 +440,7 @@ EventMirrorStats EventMirror::stats() const {
   }
   {
     std::lock_guard<std::mutex> lock(m.queue_mutex);
-    out.queue_depth = m.queue.size();
+    out.queue_depth = m.pending_locked();
   }
   out.index_keys = m.sink->size();
   return out;

@@ -29,6 +29,8 @@ int stage(span<const EventKey> keys, std::size_t width, std::vector<std::int32_t
           std::vector<BlockDigest>& digests) {
   digests.clear();
   groups.clear();
+  digests.reserve(keys.size());
+  groups.reserve(keys.size());
   int group = -2;
   for (const EventKey& key : keys) {
     if (key.digest_size != width) {
@@ -43,26 +45,56 @@ int stage(span<const EventKey> keys, std::size_t width, std::vector<std::int32_t
 
 constexpr std::size_t kWidths[] = {32, 16, 8};
 
+/// Bit w/8 set for each width present: a batch usually has one width, staged in one pass.
+unsigned widths_in(span<const EventKey> keys) {
+  unsigned bits = 0;
+  for (const EventKey& key : keys) {
+    bits |= 1U << (key.digest_size / 8U);
+  }
+  return bits;
+}
+
 }  // namespace
 
-void BlockIndexSink::insert(Namespace ns, span<const EventKey> keys) {
-  for (const std::size_t width : kWidths) {  // one vLLM event: one width, one group
-    const int group = stage(keys, width, groups_, digests_);
-    if (group >= 0) {
-      index_->insert(ns, group, span<const BlockDigest>(digests_), width);
-    } else if (group == -1) {
-      index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
-                     width);
+void BlockIndexSink::apply(bool insert, Namespace ns, span<const EventKey> keys) {
+  const unsigned present = widths_in(keys);
+  std::size_t done = 0;  // widths applied, in kWidths order
+  try {
+    for (const std::size_t width : kWidths) {  // one call to the index per width
+      if ((present & (1U << (width / 8U))) != 0) {
+        apply_width(insert, ns, keys, width);
+      }
+      ++done;
     }
+  } catch (...) {
+    // All or nothing across widths: the keys changed presence, so the opposite call on the
+    // widths already applied restores them.
+    for (std::size_t w = 0; w < done; ++w) {
+      if ((present & (1U << (kWidths[w] / 8U))) != 0) {
+        try {
+          apply_width(!insert, ns, keys, kWidths[w]);
+        } catch (...) {  // nothing more can be done; the original error is what matters
+        }
+      }
+    }
+    throw;
   }
 }
 
-void BlockIndexSink::erase(Namespace ns, span<const EventKey> keys) {
-  for (const std::size_t width : kWidths) {
-    const int group = stage(keys, width, groups_, digests_);
-    if (group >= 0) {
+void BlockIndexSink::apply_width(bool insert, Namespace ns, span<const EventKey> keys,
+                                 std::size_t width) {
+  const int group = stage(keys, width, groups_, digests_);
+  if (group >= 0) {
+    if (insert) {
+      index_->insert(ns, group, span<const BlockDigest>(digests_), width);
+    } else {
       index_->erase(ns, group, span<const BlockDigest>(digests_), width);
-    } else if (group == -1) {
+    }
+  } else if (group == -1) {
+    if (insert) {
+      index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
+                     width);
+    } else {
       index_->erase(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
                     width);
     }

@@ -2,9 +2,11 @@
 // (rank namespace, medium) holds it. A key is present while every expected rank namespace has
 // it in at least one medium (vLLM's all-namespaces rule; one namespace for vLLM streams).
 //
-// An open-addressing table (linear probing, tombstones, seeded hash) rather than
-// std::unordered_map: one allocation-free probe per block hash keeps ingestion above 10M
-// hashes/s.
+// An open-addressing table (linear probing, seeded hash) rather than std::unordered_map: one
+// allocation-free probe per block hash. An entry is one cache line (the common single-holder
+// case needs no second allocation), so a probe costs one miss. Deletion shifts the entries
+// after the hole back (no tombstones), so store/remove churn never forces a rehash and the
+// table stays at most half full.
 #pragma once
 
 #include <cstdint>
@@ -28,25 +30,28 @@ struct Holder {
 
 class KeyCounts {
  public:
-  struct Entry {
+  struct alignas(64) Entry {
     std::uint64_t w[4] = {0, 0, 0, 0};
     std::uint32_t meta = 0;  // group | width << 8
-    std::uint8_t state = 0;  // kEmpty, kLive, kTomb
-    std::uint16_t ranks_present = 0;
     // Holders: the first inline (the common single-medium case), more in `more`.
     Holder first{};
     std::uint32_t first_count = 0;
+    /// The applier's batch stamp: `was_present` is the key's presence before batch `epoch`.
+    std::uint32_t epoch = 0;
     std::unique_ptr<std::vector<std::pair<Holder, std::uint32_t>>> more;
+    std::uint8_t state = 0;  // kEmpty, kLive
+    std::uint8_t ranks_present = 0;
+    bool was_present = false;
   };
+  static_assert(sizeof(Entry) == 64, "one entry per cache line");
 
   explicit KeyCounts(std::uint64_t seed) : seed_(seed | 1U) { rehash(1024); }
 
-  /// Makes room so that `extra` more keys can be added without a rehash (entry indices from
-  /// find_or_add stay valid for one event).
+  /// Makes room so that `extra` more keys can be added without a rehash: entry indices stay
+  /// valid until the next reserve() or drop_empty().
   void reserve(std::size_t extra) {
-    // Keep live keys plus tombstones under half the slots (short linear probes even under
-    // store/remove churn); a rehash leaves the live keys at most a quarter.
-    if ((used_ + extra) * 2 >= slots_.size()) {
+    // At most half full (short linear probes); growing leaves it at most a quarter full.
+    if ((live_ + extra) * 2 >= slots_.size()) {
       std::size_t want = slots_.size();
       while ((live_ + extra) * 4 >= want) {
         want *= 2;
@@ -61,26 +66,14 @@ class KeyCounts {
     std::memcpy(w, key.bytes.data(), sizeof w);
     const std::uint32_t meta = meta_of(key);
     std::size_t i = hash(w, meta) & mask_;
-    std::size_t tomb = SIZE_MAX;
     for (;; i = (i + 1) & mask_) {
       Entry& e = slots_[i];
       if (e.state == kEmpty) {
         break;
       }
-      if (e.state == kTomb) {
-        if (tomb == SIZE_MAX) {
-          tomb = i;
-        }
-        continue;
-      }
       if (e.meta == meta && e.w[0] == w[0] && e.w[1] == w[1] && e.w[2] == w[2] && e.w[3] == w[3]) {
         return i;
       }
-    }
-    if (tomb != SIZE_MAX) {
-      i = tomb;
-    } else {
-      ++used_;
     }
     Entry& e = slots_[i];
     e = Entry{};
@@ -90,6 +83,8 @@ class KeyCounts {
     ++live_;
     return i;
   }
+
+  const Entry& at(std::size_t i) const { return slots_[i]; }
 
   /// Starts loading `key`'s home slot: an event's keys are prefetched together so that their
   /// cache misses overlap (the table outgrows L2 at a few ten thousand keys).
@@ -109,8 +104,7 @@ class KeyCounts {
       if (e.state == kEmpty) {
         return SIZE_MAX;
       }
-      if (e.state == kLive && e.meta == meta && e.w[0] == w[0] && e.w[1] == w[1] &&
-          e.w[2] == w[2] && e.w[3] == w[3]) {
+      if (e.meta == meta && e.w[0] == w[0] && e.w[1] == w[1] && e.w[2] == w[2] && e.w[3] == w[3]) {
         return i;
       }
     }
@@ -169,17 +163,29 @@ class KeyCounts {
         v.pop_back();
       }
     }
-    e.ranks_present = count_ranks(e);
+    e.ranks_present = static_cast<std::uint8_t>(count_ranks(e));
     return true;
   }
 
-  /// Drops an entry without holders.
-  void drop_if_empty(std::size_t i) {
-    Entry& e = slots_[i];
-    if (e.state == kLive && e.first_count == 0 && (!e.more || e.more->empty())) {
-      e.more.reset();
-      e.state = kTomb;
-      --live_;
+  /// Drops the entries among `indices` that have no holders left (duplicates allowed). Entry
+  /// indices are invalid afterwards: deletion moves entries.
+  void drop_empty(const std::vector<std::size_t>& indices) {
+    doomed_.clear();
+    for (const std::size_t i : indices) {
+      const Entry& e = slots_[i];
+      if (e.state == kLive && e.first_count == 0 && (!e.more || e.more->empty())) {
+        doomed_.push_back(key_of(e));
+        // The backward shift reads the slots after the hole, which no probe touched: start
+        // loading them now so that the misses of all the deletions overlap.
+        __builtin_prefetch(&slots_[(i + 1) & mask_], 0, 3);
+        __builtin_prefetch(&slots_[(i + 2) & mask_], 0, 3);
+      }
+    }
+    for (const EventKey& key : doomed_) {
+      const std::size_t i = find(key);
+      if (i != SIZE_MAX) {
+        erase_at(i);
+      }
     }
   }
 
@@ -195,7 +201,7 @@ class KeyCounts {
 
   void clear() {
     slots_.clear();
-    live_ = used_ = 0;
+    live_ = 0;
     rehash(1024);
   }
 
@@ -210,7 +216,20 @@ class KeyCounts {
  private:
   static constexpr std::uint8_t kEmpty = 0;
   static constexpr std::uint8_t kLive = 1;
-  static constexpr std::uint8_t kTomb = 2;
+
+  /// Backward-shift deletion: move each later entry of the cluster into the hole when its home
+  /// slot is not after the hole (cyclically), so that every probe still finds it.
+  void erase_at(std::size_t hole) {
+    for (std::size_t j = (hole + 1) & mask_; slots_[j].state != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t home = hash(slots_[j].w, slots_[j].meta) & mask_;
+      if (((j - home) & mask_) >= ((j - hole) & mask_)) {
+        slots_[hole] = std::move(slots_[j]);
+        hole = j;
+      }
+    }
+    slots_[hole] = Entry{};
+    --live_;
+  }
 
   static std::uint32_t meta_of(const EventKey& key) {
     return static_cast<std::uint32_t>(key.group_id & 0xFF) |
@@ -258,7 +277,7 @@ class KeyCounts {
     std::vector<Entry> old = std::move(slots_);
     slots_ = std::vector<Entry>(slots);
     mask_ = slots - 1;
-    used_ = live_ = 0;
+    live_ = 0;
     for (Entry& e : old) {
       if (e.state != kLive) {
         continue;
@@ -268,15 +287,14 @@ class KeyCounts {
         i = (i + 1) & mask_;
       }
       slots_[i] = std::move(e);
-      ++used_;
       ++live_;
     }
   }
 
   std::vector<Entry> slots_;
   std::size_t mask_ = 0;
-  std::size_t used_ = 0;  // live + tombstones
   std::size_t live_ = 0;
+  std::vector<EventKey> doomed_;
   std::uint64_t seed_;
 };
 

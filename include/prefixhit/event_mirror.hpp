@@ -42,9 +42,16 @@ struct EventKey {
   std::int32_t group_id = 0;
 };
 
-/// Where a mirror applies its key changes: the resident index. One call per event, each with
-/// only the keys whose presence changed; a throwing call applies nothing, and the mirror then
-/// leaves its own state as before the event (the event is counted as failed).
+/// Where a mirror applies its key changes: the resident index. Each call carries only keys
+/// whose presence changed. A throwing call must apply nothing; the mirror then leaves its own
+/// state as before (the event is counted as failed).
+///
+/// A sink that never refuses for capacity (may_refuse() false) gets a message's run of events
+/// between clears as one erase and one insert call (the keys present before the run and not
+/// after it, then the reverse), so that a lookup between them sees only keys present both
+/// before and after; should a call still throw, the run is undone and re-applied event by
+/// event. A sink that may refuse gets one call per event, so that exactly the refused events
+/// are skipped.
 class MirrorSink {
  public:
   virtual ~MirrorSink() = default;
@@ -52,6 +59,8 @@ class MirrorSink {
   virtual void erase(Namespace ns, span<const EventKey> keys) = 0;
   /// Keys the sink holds (all namespaces).
   virtual std::size_t size() const = 0;
+  /// Whether insert may throw for a full index (then events are applied one by one).
+  virtual bool may_refuse() const { return true; }
 };
 
 /// The index digest of an event key: today the 32-byte BlockDigest, zero-padded past
@@ -63,11 +72,17 @@ BlockDigest to_index_digest(const EventKey& key) noexcept;
 class BlockIndexSink final : public MirrorSink {
  public:
   explicit BlockIndexSink(BlockIndex& index) : index_(&index) {}
-  void insert(Namespace ns, span<const EventKey> keys) override;
-  void erase(Namespace ns, span<const EventKey> keys) override;
+  /// One index call per digest width present; all or nothing across widths.
+  void insert(Namespace ns, span<const EventKey> keys) override { apply(true, ns, keys); }
+  void erase(Namespace ns, span<const EventKey> keys) override { apply(false, ns, keys); }
   std::size_t size() const override { return index_->size(); }
+  /// Only an index with a max_capacity refuses inserts.
+  bool may_refuse() const override { return index_->options().max_capacity != 0; }
 
  private:
+  void apply(bool insert, Namespace ns, span<const EventKey> keys);
+  void apply_width(bool insert, Namespace ns, span<const EventKey> keys, std::size_t width);
+
   BlockIndex* index_;
   std::vector<std::int32_t> groups_;
   std::vector<BlockDigest> digests_;

@@ -494,6 +494,9 @@ TEST(EventMirror, SeveralEndpointsAndConcurrentLookups) {
       probes.fetch_add(1);
     }
   });
+  while (probes.load() == 0) {  // the reader is running before ingestion starts
+    std::this_thread::yield();
+  }
   for (std::uint64_t i = 0; i < 200; ++i) {
     a.publish(vllm_payload({stored_event(i + 1)}, false));
     b.publish(vllm_payload({stored_event(i + 100001)}, true));
