@@ -321,7 +321,7 @@ void Decoder::decode(const std::uint8_t* data, std::size_t size, DecodedBatch& o
           }
           StoreKeyParts parts;
           const std::string_view key_str = as_str(key_obj, "object_key");
-          bool keep = parse_store_key(std::string(key_str), parts);
+          bool keep = parse_store_key_parts(key_str, parts);
           keep = keep && (options_.model.empty() || parts.model == options_.model);
           keep =
               keep && (!options_.match_cache_prefix || parts.cache_prefix == options_.cache_prefix);

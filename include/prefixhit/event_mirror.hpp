@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "prefixhit/block_index.hpp"
+#include "prefixhit/store_keys.hpp"
 #include "prefixhit/types.hpp"
 
 namespace prefixhit {
@@ -88,17 +90,6 @@ class BlockIndexSink final : public MirrorSink {
   std::vector<BlockDigest> digests_;
 };
 
-/// One rank namespace of vLLM's store key (tp_rank, pcp, dcp, pp_rank).
-struct RankNamespace {
-  int tp = 0;
-  int pcp = 0;
-  int dcp = 0;
-  int pp = 0;
-  friend bool operator==(const RankNamespace& a, const RankNamespace& b) noexcept {
-    return a.tp == b.tp && a.pcp == b.pcp && a.dcp == b.dcp && a.pp == b.pp;
-  }
-};
-
 /// A Mooncake object key parsed back: [{cache_prefix}@]{model}@tp_rank:{t}@pcp{p}@dcp{d}@
 /// pp_rank:{r}@group:{g}@{hex digest}.
 struct StoreKeyParts {
@@ -107,8 +98,10 @@ struct StoreKeyParts {
   RankNamespace rank;
   EventKey key;  ///< digest (16, 32 or 64 hex digits) and group
 };
-/// Parses an object key; false (and `out` unspecified) when it is not a vLLM store key.
-bool parse_store_key(const std::string& object_key, StoreKeyParts& out);
+/// Parses an object key with try_parse_store_key (store_keys.hpp); false (and `out`
+/// unspecified) when it is not a vLLM store key with a group id below kMaxGroups and a digest of
+/// 8, 16 or 32 bytes.
+bool parse_store_key_parts(std::string_view object_key, StoreKeyParts& out);
 
 struct EventMirrorOptions {
   EventFormat format = EventFormat::vllm;

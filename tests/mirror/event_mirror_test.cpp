@@ -187,7 +187,7 @@ TEST(EventApplier, IndexRefusalUndoesTheEvent) {
 TEST(StoreKey, ParsesVllmKeys) {
   StoreKeyParts p;
   const std::string hex64(64, 'a');
-  ASSERT_TRUE(parse_store_key("model@tp_rank:1@pcp0@dcp2@pp_rank:3@group:4@" + hex64, p));
+  ASSERT_TRUE(parse_store_key_parts("model@tp_rank:1@pcp0@dcp2@pp_rank:3@group:4@" + hex64, p));
   EXPECT_EQ(p.model, "model");
   EXPECT_EQ(p.cache_prefix, "");
   EXPECT_EQ(p.rank, (RankNamespace{1, 0, 2, 3}));
@@ -195,7 +195,7 @@ TEST(StoreKey, ParsesVllmKeys) {
   EXPECT_EQ(p.key.digest_size, 32);
   EXPECT_EQ(p.key.bytes[0], 0xAA);
   ASSERT_TRUE(
-      parse_store_key("pre@fix@org/m-1@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
+      parse_store_key_parts("pre@fix@org/m-1@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
                       "00112233445566778899aabbccddeeff",
                       p));
   EXPECT_EQ(p.cache_prefix, "pre@fix");
@@ -208,7 +208,7 @@ TEST(StoreKey, ParsesVllmKeys) {
                                 "m@tp_rank:x@pcp0@dcp0@pp_rank:0@group:0@0011223344556677",
                                 "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:32@0011223344556677",
                                 "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@00112233445566zz"}) {
-    EXPECT_FALSE(parse_store_key(bad, p)) << bad;
+    EXPECT_FALSE(parse_store_key_parts(bad, p)) << bad;
   }
 }
 
