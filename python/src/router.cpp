@@ -11,8 +11,6 @@
 
 namespace prefixhit::py {
 
-using namespace nb::literals;
-
 namespace {
 
 Namespace router_namespace(std::int64_t ns) {
@@ -158,7 +156,7 @@ RouterScores hit_lengths_of(nb::handle obj) {
                           nb::cast<std::string>(a.attr("dtype").attr("name")));
   }
   // A private C-ordered int64 copy: the caller's array may change while the GIL is released.
-  a = np.attr("array")(a, "dtype"_a = np.attr("int64"), "order"_a = "C");
+  a = np.attr("array")(a, nb::arg("dtype") = np.attr("int64"), nb::arg("order") = "C");
   const auto shape = nb::cast<nb::tuple>(a.attr("shape"));
   scores.num_requests = nb::cast<std::size_t>(shape[0]);
   const auto workers = nb::cast<std::size_t>(shape[1]);
@@ -183,7 +181,7 @@ std::vector<double> load_of(nb::handle load, int workers) {
   if ((kind != "i" && kind != "u" && kind != "f") || nb::cast<std::int64_t>(a.attr("ndim")) != 1) {
     throw InvalidArgument("load must be a 1-D numeric array with one entry per worker");
   }
-  a = np.attr("array")(a, "dtype"_a = np.attr("float64"), "order"_a = "C");
+  a = np.attr("array")(a, nb::arg("dtype") = np.attr("float64"), nb::arg("order") = "C");
   const auto view = nb::cast<nb::ndarray<const double, nb::c_contig>>(a);
   out.assign(view.data(), view.data() + view.size());
   if (out.size() != static_cast<std::size_t>(workers)) {
@@ -230,8 +228,8 @@ void bind_router(nb::module_& m) {
             options.seed = seed;
             new (self) ResidencyIndex(options);
           },
-          "num_workers"_a, "num_tiers"_a = 1, nb::kw_only(), "initial_capacity"_a = 1 << 16,
-          "seed"_a = 0,
+          nb::arg("num_workers"), nb::arg("num_tiers") = 1, nb::kw_only(),
+          nb::arg("initial_capacity") = 1 << 16, nb::arg("seed") = 0,
           "num_workers: in [1, 65536]. num_tiers: in [1, 4] (e.g. 0 = GPU, 1 = CPU, 2 = "
           "storage). initial_capacity: key slots reserved up front. seed: 0 draws a random "
           "hash seed.")
@@ -249,8 +247,9 @@ void bind_router(nb::module_& m) {
             nb::gil_scoped_release release;
             return self.insert(w, space, g, d.view(), digest_size, t);
           },
-          "worker"_a, "group_id"_a, "keys"_a.none(), nb::kw_only(), "tier"_a = 0, "namespace"_a = 0,
-          "digest_size"_a = BlockDigest::kSize,
+          nb::arg("worker"), nb::arg("group_id"), nb::arg("keys").none(), nb::kw_only(),
+          nb::arg("tier") = 0, nb::arg("namespace") = 0,
+          nb::arg("digest_size") = BlockDigest::kSize,
           nb::sig("def insert(self, worker: int, group_id: int, keys: Digests, *, tier: int = 0, "
                   "namespace: int = 0, digest_size: int = 32) -> int"),
           "The worker now holds these keys ([n, w] uint8 array, bytes of n*w, or a list of "
@@ -268,8 +267,9 @@ void bind_router(nb::module_& m) {
             nb::gil_scoped_release release;
             return self.erase(w, space, g, d.view(), digest_size, t);
           },
-          "worker"_a, "group_id"_a, "keys"_a.none(), nb::kw_only(), "tier"_a = 0, "namespace"_a = 0,
-          "digest_size"_a = BlockDigest::kSize,
+          nb::arg("worker"), nb::arg("group_id"), nb::arg("keys").none(), nb::kw_only(),
+          nb::arg("tier") = 0, nb::arg("namespace") = 0,
+          nb::arg("digest_size") = BlockDigest::kSize,
           nb::sig("def erase(self, worker: int, group_id: int, keys: Digests, *, tier: int = 0, "
                   "namespace: int = 0, digest_size: int = 32) -> int"),
           "The worker no longer holds these keys on `tier` (absent ones are ignored). Returns "
@@ -292,8 +292,9 @@ void bind_router(nb::module_& m) {
             }
             return owned_bool_array(std::move(out));
           },
-          "worker"_a, "group_id"_a, "keys"_a.none(), nb::kw_only(), "namespace"_a = 0,
-          "digest_size"_a = BlockDigest::kSize, "tier_mask"_a = 0xFFFFFFFFLL,
+          nb::arg("worker"), nb::arg("group_id"), nb::arg("keys").none(), nb::kw_only(),
+          nb::arg("namespace") = 0, nb::arg("digest_size") = BlockDigest::kSize,
+          nb::arg("tier_mask") = 0xFFFFFFFFLL,
           nb::sig("def contains(self, worker: int, group_id: int, keys: Digests, *, "
                   "namespace: int = 0, digest_size: int = 32, tier_mask: int = 0xFFFFFFFF) -> "
                   "numpy.ndarray"),
@@ -306,7 +307,7 @@ void bind_router(nb::module_& m) {
             nb::gil_scoped_release release;
             self.clear_worker(w);
           },
-          "worker"_a,
+          nb::arg("worker"),
           "Drops every key of the worker on every tier, in time proportional to the distinct "
           "worker sets (not the keys).")
       .def(
@@ -316,7 +317,7 @@ void bind_router(nb::module_& m) {
             nb::gil_scoped_release release;
             self.all_blocks_cleared(w);
           },
-          "worker"_a, "The worker's AllBlocksCleared event (or it left): as clear_worker.")
+          nb::arg("worker"), "The worker's AllBlocksCleared event (or it left): as clear_worker.")
       .def(
           "clear",
           [](ResidencyIndex& self) {
@@ -369,9 +370,10 @@ void bind_router(nb::module_& m) {
         return score(coordinator, digests, offsets, max_lengths, residency, apply_eagle, ns,
                      tier_mask, num_threads);
       },
-      "coordinator"_a, "digests"_a.none(), "offsets"_a.none(), "max_lengths"_a.none(),
-      "residency"_a, nb::kw_only(), "apply_eagle"_a.none() = nb::none(), "namespace"_a = 0,
-      "tier_mask"_a = 0xFFFFFFFFLL, "num_threads"_a = 0,
+      nb::arg("coordinator"), nb::arg("digests").none(), nb::arg("offsets").none(),
+      nb::arg("max_lengths").none(), nb::arg("residency"), nb::kw_only(),
+      nb::arg("apply_eagle").none() = nb::none(), nb::arg("namespace") = 0,
+      nb::arg("tier_mask") = 0xFFFFFFFFLL, nb::arg("num_threads") = 0,
       nb::sig("def score_workers(coordinator: Coordinator, digests: Digests, offsets: IntArray, "
               "max_lengths: int | IntArray, residency: ResidencyIndex, *, "
               "apply_eagle: bool | Sequence[bool] | numpy.ndarray | None = None, "
@@ -395,7 +397,7 @@ void bind_router(nb::module_& m) {
         }
         return owned_array(std::move(best), {scores.num_requests, static_cast<std::size_t>(k)});
       },
-      "hit_lengths"_a.none(), "k"_a, "load"_a.none() = nb::none(),
+      nb::arg("hit_lengths").none(), nb::arg("k"), nb::arg("load").none() = nb::none(),
       nb::sig("def top_k_workers(hit_lengths: numpy.ndarray | RouterScores, k: int, "
               "load: Sequence[float] | numpy.ndarray | None = None) -> numpy.ndarray"),
       "The k best workers per request: int32 [R, k], -1 past the last worker. Longest hit "
