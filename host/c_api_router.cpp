@@ -1,6 +1,7 @@
 // Router mode's part of the C ABI (include/prefixhit/prefixhit.h, "router mode").
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -41,24 +42,37 @@ const prefixhit::ResidencyIndex& residency_of(const prefixhit_residency* handle)
   return handle->index;
 }
 
-/// n digests of `width` bytes from a caller buffer of any alignment, widened (zero-padded) to
-/// BlockDigest.
-std::vector<BlockDigest> digests_of(const std::uint8_t* bytes, std::size_t n, std::size_t width,
-                                    const char* what) {
-  prefixhit::check_digest_size(width, what);
-  if (n > kMaxKeysPerCall) {
-    throw InvalidArgument(std::string("num_") + what + " " + std::to_string(n) +
-                          " is more digests than one call accepts (at most 2^40)");
+/// n digests of `width` bytes from a caller buffer: borrowed when they are 32-byte digests at
+/// BlockDigest's alignment, else copied (any alignment) and widened (zero-padded) to BlockDigest.
+class Digests {
+ public:
+  Digests(const std::uint8_t* bytes, std::size_t n, std::size_t width, const char* what) {
+    prefixhit::check_digest_size(width, what);
+    if (n > kMaxKeysPerCall) {
+      throw InvalidArgument(std::string("num_") + what + " " + std::to_string(n) +
+                            " is more digests than one call accepts (at most 2^40)");
+    }
+    if (n != 0) {
+      require(bytes, what);
+    }
+    if (n != 0 && width == BlockDigest::kSize &&
+        reinterpret_cast<std::uintptr_t>(bytes) % alignof(BlockDigest) == 0) {
+      view_ = {reinterpret_cast<const BlockDigest*>(bytes), n};
+      return;
+    }
+    copy_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::memcpy(copy_[i].bytes.data(), bytes + i * width, width);
+    }
+    view_ = {copy_.data(), copy_.size()};
   }
-  if (n != 0) {
-    require(bytes, what);
-  }
-  std::vector<BlockDigest> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::memcpy(out[i].bytes.data(), bytes + i * width, width);
-  }
-  return out;
-}
+  prefixhit::span<const BlockDigest> view() const noexcept { return view_; }
+  const BlockDigest& operator[](std::size_t i) const noexcept { return view_[i]; }
+
+ private:
+  std::vector<BlockDigest> copy_;
+  prefixhit::span<const BlockDigest> view_;
+};
 
 }  // namespace
 
@@ -91,8 +105,8 @@ prefixhit_status prefixhit_residency_insert(prefixhit_residency* residency, uint
                                             size_t* added) {
   return prefixhit::capi::guarded_call([&] {
     prefixhit::ResidencyIndex& index = residency_of(residency);
-    const std::vector<BlockDigest> input = digests_of(keys, num_keys, digest_size, "keys");
-    const std::size_t count = index.insert(worker, ns, group_id, input, digest_size, tier);
+    const Digests input(keys, num_keys, digest_size, "keys");
+    const std::size_t count = index.insert(worker, ns, group_id, input.view(), digest_size, tier);
     if (added != nullptr) {
       *added = count;
     }
@@ -105,8 +119,8 @@ prefixhit_status prefixhit_residency_erase(prefixhit_residency* residency, uint3
                                            size_t* removed) {
   return prefixhit::capi::guarded_call([&] {
     prefixhit::ResidencyIndex& index = residency_of(residency);
-    const std::vector<BlockDigest> input = digests_of(keys, num_keys, digest_size, "keys");
-    const std::size_t count = index.erase(worker, ns, group_id, input, digest_size, tier);
+    const Digests input(keys, num_keys, digest_size, "keys");
+    const std::size_t count = index.erase(worker, ns, group_id, input.view(), digest_size, tier);
     if (removed != nullptr) {
       *removed = count;
     }
@@ -124,7 +138,7 @@ prefixhit_status prefixhit_residency_contains(const prefixhit_residency* residen
     const prefixhit::ResidencyIndex& index = residency_of(residency);
     require(out, "out");
     require(key, "key");
-    const std::vector<BlockDigest> input = digests_of(key, 1, digest_size, "key");
+    const Digests input(key, 1, digest_size, "key");
     *out = index.contains(worker, ns, group_id, input[0], digest_size, tier_mask) ? 1 : 0;
   });
 }
@@ -159,10 +173,9 @@ prefixhit_status prefixhit_score_workers(
       require(max_lengths, "max_lengths");
       require(hit_lengths, "hit_lengths");
     }
-    const std::vector<BlockDigest> input =
-        digests_of(digests, num_digests, c.config().digest_size, "digests");
+    const Digests input(digests, num_digests, c.config().digest_size, "digests");
     prefixhit::LookupBatch batch;
-    batch.digests = input;
+    batch.digests = input.view();
     batch.offsets = {offsets, num_requests + 1};
     batch.max_lengths = {max_lengths, num_requests};
     if (apply_eagle != nullptr) {

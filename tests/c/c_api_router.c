@@ -106,6 +106,16 @@ int main(void) {
   OK(prefixhit_top_k_workers(hits, 1, W, 2, NULL, top));
   CHECK(top[0] == 1 && top[1] == 0);
 
+  /* Digests at any alignment (borrowed when aligned, copied otherwise) answer the same. */
+  {
+    static uint8_t shifted[N * D + 1];
+    int64_t again[W];
+    memcpy(shifted + 1, hashes, sizeof hashes);
+    OK(prefixhit_score_workers(coord, residency, shifted + 1, N, offsets, max_lengths, NULL, 1, 0,
+                               PREFIXHIT_ALL_TIERS, 1, again, NULL, NULL));
+    CHECK(again[0] == 48 && again[1] == 64 && again[2] == 0);
+  }
+
   /* Tier 0 only: worker 1's hole at h1 cuts its prefix to one block. */
   OK(prefixhit_score_workers(coord, residency, hashes, N, offsets, max_lengths, NULL, 1, 0, 1u, 0,
                              hits, NULL, NULL));
