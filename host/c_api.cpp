@@ -776,4 +776,8 @@ BlockIndex& block_index_of(prefixhit_block_index* handle) {
   require(handle, "index");
   return handle->index;
 }
+const Coordinator& coordinator_of(const prefixhit_coordinator* handle) {
+  require(handle, "coordinator");
+  return handle->coordinator;
+}
 }  // namespace prefixhit::capi

@@ -5,10 +5,13 @@
 #include <functional>
 
 #include "prefixhit/block_index.hpp"
+#include "prefixhit/coordinator.hpp"
 #include "prefixhit/prefixhit.h"
 
 namespace prefixhit::capi {
 prefixhit_status guarded_call(const std::function<void()>& body) noexcept;
 /// The index behind a handle; throws InvalidArgument for NULL.
 BlockIndex& block_index_of(prefixhit_block_index* handle);
+/// The coordinator behind a handle; throws InvalidArgument for NULL.
+const Coordinator& coordinator_of(const prefixhit_coordinator* handle);
 }  // namespace prefixhit::capi

@@ -378,6 +378,75 @@ PREFIXHIT_API prefixhit_status prefixhit_mirror_wait_for_seq(const prefixhit_mir
                                                              uint64_t seq, double timeout_s,
                                                              int* reached);
 
+/* ---- router mode (issue 12) -------------------------------------------------------------------
+ * Which workers hold which keys, and every worker's exact prefix hit for a batch of requests in
+ * one pass (docs/router.md). A residency index is thread-safe: concurrent readers and writers,
+ * each call atomic; a failed call applies nothing. */
+typedef struct prefixhit_residency prefixhit_residency;
+
+typedef struct prefixhit_residency_options {
+  int32_t num_workers;     /* in [1, 65536] */
+  int32_t num_tiers;       /* in [1, 4]; 0 means 1 */
+  size_t initial_capacity; /* key slots reserved up front; 0 for the default */
+  uint64_t seed;           /* 0: a random hash seed */
+} prefixhit_residency_options;
+
+/* All tiers count as held (the tier_mask of prefixhit_score_workers). */
+#define PREFIXHIT_ALL_TIERS 0xFFFFFFFFu
+
+PREFIXHIT_API prefixhit_status
+prefixhit_residency_create(const prefixhit_residency_options* options, prefixhit_residency** out);
+PREFIXHIT_API void prefixhit_residency_destroy(prefixhit_residency* residency);
+/* Worker `worker` now holds these keys (num_keys * digest_size bytes; digest_size 8, 16 or 32) of
+ * one group on `tier`. *added (may be NULL): how many (key, worker-tier) pairs were new. */
+PREFIXHIT_API prefixhit_status prefixhit_residency_insert(prefixhit_residency* residency,
+                                                          uint32_t worker, uint32_t ns,
+                                                          int32_t group_id, const uint8_t* keys,
+                                                          size_t num_keys, size_t digest_size,
+                                                          int32_t tier, size_t* added);
+/* The worker no longer holds these keys on `tier`; absent ones are ignored. *removed may be NULL.
+ */
+PREFIXHIT_API prefixhit_status prefixhit_residency_erase(prefixhit_residency* residency,
+                                                         uint32_t worker, uint32_t ns,
+                                                         int32_t group_id, const uint8_t* keys,
+                                                         size_t num_keys, size_t digest_size,
+                                                         int32_t tier, size_t* removed);
+/* AllBlocksCleared (or the worker left): drops every key of the worker on every tier, in time
+ * proportional to the distinct worker sets. */
+PREFIXHIT_API prefixhit_status prefixhit_residency_clear_worker(prefixhit_residency* residency,
+                                                                uint32_t worker);
+/* *out = 1 when the worker holds the key (digest_size bytes) on a tier of tier_mask, else 0. */
+PREFIXHIT_API prefixhit_status prefixhit_residency_contains(const prefixhit_residency* residency,
+                                                            uint32_t worker, uint32_t ns,
+                                                            int32_t group_id, const uint8_t* key,
+                                                            size_t digest_size, uint32_t tier_mask,
+                                                            int* out);
+/* Live keys (held by at least one worker). */
+PREFIXHIT_API prefixhit_status prefixhit_residency_size(const prefixhit_residency* residency,
+                                                        size_t* out);
+PREFIXHIT_API prefixhit_status prefixhit_residency_num_workers(const prefixhit_residency* residency,
+                                                               int32_t* out);
+
+/* Every worker's result for every request, as prefixhit_find_longest_cache_hits would give with
+ * worker w's own keys as the store. The batch arguments are those of
+ * prefixhit_find_longest_cache_hits; ns: the namespace looked up; tier_mask: tiers that count as
+ * held (bit t: tier t; PREFIXHIT_ALL_TIERS). Outputs (caller-allocated, row-major; W = the
+ * residency's num_workers, G = the coordinator's num_groups): hit_lengths [num_requests * W],
+ * num_blocks and num_placeholders [num_requests * W * G] (both may be NULL when not wanted). On
+ * error nothing useful is in the outputs and the message names the first failing request. */
+PREFIXHIT_API prefixhit_status prefixhit_score_workers(
+    const prefixhit_coordinator* coordinator, const prefixhit_residency* residency,
+    const uint8_t* digests, size_t num_digests, const int64_t* offsets, const int64_t* max_lengths,
+    const uint8_t* apply_eagle, size_t num_requests, uint32_t ns, uint32_t tier_mask,
+    int num_threads, int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders);
+
+/* The k best workers per request from hit_lengths [num_requests * num_workers]: out
+ * [num_requests * k] (caller-allocated), -1 past the last worker. Longest hit first, then lowest
+ * load[w] (load: num_workers entries, or NULL), then lowest worker id. */
+PREFIXHIT_API prefixhit_status prefixhit_top_k_workers(const int64_t* hit_lengths,
+                                                       size_t num_requests, int32_t num_workers,
+                                                       int32_t k, const double* load, int32_t* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -33,10 +33,14 @@ from ._core import (
     KeySet,
     Mask,
     PlanAnswers,
+    ResidencyIndex,
+    RouterScores,
     build_info,
     hash_prompt,
     mirror_available,
     partial_hits_rule,
+    score_workers,
+    top_k_workers,
 )
 from ._types import SpecGroup
 from .errors import (
@@ -78,6 +82,8 @@ __all__ = [
     "PlanAnswers",
     "PrefixhitError",
     "PrefixhitIOError",
+    "ResidencyIndex",
+    "RouterScores",
     "SpecGroup",
     "UnalignedLengthError",
     "UnsupportedAlignmentChunkedLocalError",
@@ -89,5 +95,7 @@ __all__ = [
     "hash_prompt",
     "mirror_available",
     "partial_hits_rule",
+    "score_workers",
+    "top_k_workers",
     "__version__",
 ]

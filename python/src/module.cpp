@@ -12,6 +12,7 @@ namespace prefixhit::py {
 
 void bind_mirror(nb::module_& m);  // mirror.cpp
 void bind_store(nb::module_& m);   // store.cpp: Mooncake store keys and remote mode
+void bind_router(nb::module_& m);  // router.cpp: residency index and per-worker scoring
 
 void bind_gpu_info(nb::module_& m) {
   m.def(
@@ -79,4 +80,5 @@ NB_MODULE(_core, m) {
   py::bind_hashing(m);
   py::bind_mirror(m);
   py::bind_store(m);
+  py::bind_router(m);
 }

@@ -1,0 +1,233 @@
+// Router mode's part of the C ABI (include/prefixhit/prefixhit.h, "router mode").
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/c_api_internal.hpp"
+#include "prefixhit/errors.hpp"
+#include "prefixhit/prefixhit.h"
+#include "prefixhit/router.hpp"
+
+struct prefixhit_residency {
+  explicit prefixhit_residency(const prefixhit::ResidencyOptions& options) : index(options) {}
+  prefixhit::ResidencyIndex index;
+};
+
+namespace {
+
+using prefixhit::BlockDigest;
+using prefixhit::InvalidArgument;
+
+// A count no buffer can hold (n * 32 near or past 2^64) is a caller's mistake.
+constexpr std::size_t kMaxKeysPerCall = std::size_t{1} << 40;
+
+template <class T>
+void require(const T* pointer, const char* what) {
+  if (pointer == nullptr) {
+    throw InvalidArgument(std::string(what) + " must not be NULL");
+  }
+}
+
+prefixhit::ResidencyIndex& residency_of(prefixhit_residency* handle) {
+  require(handle, "residency");
+  return handle->index;
+}
+
+const prefixhit::ResidencyIndex& residency_of(const prefixhit_residency* handle) {
+  require(handle, "residency");
+  return handle->index;
+}
+
+/// n digests of `width` bytes from a caller buffer: borrowed when they are 32-byte digests at
+/// BlockDigest's alignment, else copied (any alignment) and widened (zero-padded) to BlockDigest.
+class Digests {
+ public:
+  Digests(const std::uint8_t* bytes, std::size_t n, std::size_t width, const char* what) {
+    prefixhit::check_digest_size(width, what);
+    if (n > kMaxKeysPerCall) {
+      throw InvalidArgument(std::string("num_") + what + " " + std::to_string(n) +
+                            " is more digests than one call accepts (at most 2^40)");
+    }
+    if (n != 0) {
+      require(bytes, what);
+    }
+    if (n != 0 && width == BlockDigest::kSize &&
+        reinterpret_cast<std::uintptr_t>(bytes) % alignof(BlockDigest) == 0) {
+      view_ = {reinterpret_cast<const BlockDigest*>(bytes), n};
+      return;
+    }
+    copy_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::memcpy(copy_[i].bytes.data(), bytes + i * width, width);
+    }
+    view_ = {copy_.data(), copy_.size()};
+  }
+  prefixhit::span<const BlockDigest> view() const noexcept { return view_; }
+  const BlockDigest& operator[](std::size_t i) const noexcept { return view_[i]; }
+
+ private:
+  std::vector<BlockDigest> copy_;
+  prefixhit::span<const BlockDigest> view_;
+};
+
+}  // namespace
+
+extern "C" {
+
+prefixhit_status prefixhit_residency_create(const prefixhit_residency_options* options,
+                                            prefixhit_residency** out) {
+  return prefixhit::capi::guarded_call([&] {
+    require(out, "out");
+    *out = nullptr;
+    require(options, "options");
+    prefixhit::ResidencyOptions o;
+    o.num_workers = options->num_workers;
+    o.num_tiers = options->num_tiers == 0 ? 1 : options->num_tiers;
+    if (options->initial_capacity != 0) {
+      o.initial_capacity = options->initial_capacity;
+    }
+    o.seed = options->seed;
+    *out = std::make_unique<prefixhit_residency>(o).release();
+  });
+}
+
+void prefixhit_residency_destroy(prefixhit_residency* residency) {
+  delete residency;
+}
+
+prefixhit_status prefixhit_residency_insert(prefixhit_residency* residency, uint32_t worker,
+                                            uint32_t ns, int32_t group_id, const uint8_t* keys,
+                                            size_t num_keys, size_t digest_size, int32_t tier,
+                                            size_t* added) {
+  return prefixhit::capi::guarded_call([&] {
+    prefixhit::ResidencyIndex& index = residency_of(residency);
+    const Digests input(keys, num_keys, digest_size, "keys");
+    const std::size_t count = index.insert(worker, ns, group_id, input.view(), digest_size, tier);
+    if (added != nullptr) {
+      *added = count;
+    }
+  });
+}
+
+prefixhit_status prefixhit_residency_erase(prefixhit_residency* residency, uint32_t worker,
+                                           uint32_t ns, int32_t group_id, const uint8_t* keys,
+                                           size_t num_keys, size_t digest_size, int32_t tier,
+                                           size_t* removed) {
+  return prefixhit::capi::guarded_call([&] {
+    prefixhit::ResidencyIndex& index = residency_of(residency);
+    const Digests input(keys, num_keys, digest_size, "keys");
+    const std::size_t count = index.erase(worker, ns, group_id, input.view(), digest_size, tier);
+    if (removed != nullptr) {
+      *removed = count;
+    }
+  });
+}
+
+prefixhit_status prefixhit_residency_clear_worker(prefixhit_residency* residency, uint32_t worker) {
+  return prefixhit::capi::guarded_call([&] { residency_of(residency).clear_worker(worker); });
+}
+
+prefixhit_status prefixhit_residency_contains(const prefixhit_residency* residency, uint32_t worker,
+                                              uint32_t ns, int32_t group_id, const uint8_t* key,
+                                              size_t digest_size, uint32_t tier_mask, int* out) {
+  return prefixhit::capi::guarded_call([&] {
+    const prefixhit::ResidencyIndex& index = residency_of(residency);
+    require(out, "out");
+    require(key, "key");
+    const Digests input(key, 1, digest_size, "key");
+    *out = index.contains(worker, ns, group_id, input[0], digest_size, tier_mask) ? 1 : 0;
+  });
+}
+
+prefixhit_status prefixhit_residency_size(const prefixhit_residency* residency, size_t* out) {
+  return prefixhit::capi::guarded_call([&] {
+    const prefixhit::ResidencyIndex& index = residency_of(residency);
+    require(out, "out");
+    *out = index.size();
+  });
+}
+
+prefixhit_status prefixhit_residency_num_workers(const prefixhit_residency* residency,
+                                                 int32_t* out) {
+  return prefixhit::capi::guarded_call([&] {
+    const prefixhit::ResidencyIndex& index = residency_of(residency);
+    require(out, "out");
+    *out = index.num_workers();
+  });
+}
+
+prefixhit_status prefixhit_score_workers(
+    const prefixhit_coordinator* coordinator, const prefixhit_residency* residency,
+    const uint8_t* digests, size_t num_digests, const int64_t* offsets, const int64_t* max_lengths,
+    const uint8_t* apply_eagle, size_t num_requests, uint32_t ns, uint32_t tier_mask,
+    int num_threads, int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders) {
+  return prefixhit::capi::guarded_call([&] {
+    const prefixhit::Coordinator& c = prefixhit::capi::coordinator_of(coordinator);
+    const prefixhit::ResidencyIndex& index = residency_of(residency);
+    require(offsets, "offsets");
+    if (num_requests != 0) {
+      require(max_lengths, "max_lengths");
+      require(hit_lengths, "hit_lengths");
+    }
+    const Digests input(digests, num_digests, c.config().digest_size, "digests");
+    prefixhit::LookupBatch batch;
+    batch.digests = input.view();
+    batch.offsets = {offsets, num_requests + 1};
+    batch.max_lengths = {max_lengths, num_requests};
+    if (apply_eagle != nullptr) {
+      batch.apply_eagle = {apply_eagle, num_requests};
+    }
+    prefixhit::ScoreOptions options;
+    options.ns = ns;
+    options.tier_mask = tier_mask;
+    options.num_threads = num_threads;
+    const prefixhit::RouterScores scores = prefixhit::score_workers(c, batch, index, options);
+    std::copy(scores.hit_lengths.begin(), scores.hit_lengths.end(), hit_lengths);
+    if (num_blocks != nullptr) {
+      std::copy(scores.num_blocks.begin(), scores.num_blocks.end(), num_blocks);
+    }
+    if (num_placeholders != nullptr) {
+      std::copy(scores.num_placeholders.begin(), scores.num_placeholders.end(), num_placeholders);
+    }
+  });
+}
+
+prefixhit_status prefixhit_top_k_workers(const int64_t* hit_lengths, size_t num_requests,
+                                         int32_t num_workers, int32_t k, const double* load,
+                                         int32_t* out) {
+  return prefixhit::capi::guarded_call([&] {
+    if (num_workers < 0 || num_workers > prefixhit::kMaxWorkers) {
+      throw InvalidArgument("num_workers must be in [0, " + std::to_string(prefixhit::kMaxWorkers) +
+                            "], got " + std::to_string(num_workers));
+    }
+    const auto nw = static_cast<std::size_t>(num_workers);
+    if (num_requests > kMaxKeysPerCall / (nw == 0 ? 1 : nw)) {
+      throw InvalidArgument("num_requests " + std::to_string(num_requests) + " is too large");
+    }
+    if (num_requests != 0 && nw != 0) {
+      require(hit_lengths, "hit_lengths");
+    }
+    if (num_requests != 0) {
+      require(out, "out");
+    }
+    prefixhit::RouterScores scores;
+    scores.num_requests = num_requests;
+    scores.num_workers = num_workers;
+    scores.hit_lengths.assign(hit_lengths, hit_lengths + num_requests * nw);
+    std::vector<double> loads;
+    if (load != nullptr) {
+      loads.assign(load, load + nw);
+      if (std::any_of(loads.begin(), loads.end(), [](double v) { return std::isnan(v); })) {
+        throw InvalidArgument("load must not contain NaN");
+      }
+    }
+    const std::vector<std::int32_t> best = prefixhit::top_k_workers(scores, k, loads);
+    std::copy(best.begin(), best.end(), out);
+  });
+}
+
+}  // extern "C"
