@@ -117,8 +117,9 @@ step emu-conformance emu_conformance
 count_cases "${log_dir}/emu-conformance.log"
 
 # The Python module's CUDA paths on the emulator: _core built into build/emu (preset emu-python)
-# beside the package's .py files, and the Python GPU tests run against it, then once more with
-# no device (CUEMU_NO_DEVICE=1), where the no-GPU checks run and the GPU ones skip.
+# beside the package's .py files, and the Python GPU tests run against it (round robin, then
+# test_gpu.py under a random schedule), then with no device (CUEMU_NO_DEVICE=1), where the
+# no-GPU checks run and the GPU ones skip.
 count_pytest() {  # adds every pytest summary line of a log
   local log=$1 line kind n
   while read -r line; do
@@ -133,7 +134,7 @@ count_pytest() {  # adds every pytest summary line of a log
   done < <(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "$log")
 }
 emu_python() {
-  local py rc=0
+  local py seed rc=0
   py=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)') || return 1
   cmake --preset emu-python -DPython_EXECUTABLE="$py" >/dev/null &&
     cmake --build build/emu --target prefixhit_python_package || return 1
@@ -145,6 +146,10 @@ emu_python() {
 sys.exit(not (prefixhit.__file__.startswith(sys.argv[1]) and "cuemu" in info["device"]))' \
     "$PYTHONPATH" || return 1
   "$py" -m pytest -p no:cacheprovider -ra "${tests[@]}" || rc=1
+  seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+  echo "---- random schedule: CUEMU_SCHEDULE=random:${seed} CUEMU_PREEMPT=0.3 (replay with these)"
+  CUEMU_SCHEDULE=random:${seed} CUEMU_PREEMPT=0.3 "$py" -m pytest -p no:cacheprovider -ra \
+    tests/python/test_gpu.py || rc=1
   CUEMU_NO_DEVICE=1 "$py" -m pytest -p no:cacheprovider -ra "${tests[@]}" || rc=1
   return $rc
 }
