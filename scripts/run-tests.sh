@@ -137,7 +137,7 @@ emu_python() {
   local py seed rc=0
   py=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)') || return 1
   cmake --preset emu-python -DPython_EXECUTABLE="$py" >/dev/null &&
-    cmake --build build/emu --target prefixhit_python_package || return 1
+    cmake --build --preset emu-python || return 1
   local tests=(tests/python/test_gpu.py
     tests/python/test_block_index.py::test_cuda_index_is_refused_clearly_without_a_gpu
     tests/python/test_store_remote.py::test_answers_reach_the_gpu_engine)
