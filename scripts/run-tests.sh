@@ -11,7 +11,7 @@
 #   6. CUDA emulation (tools/cuemu, preset `emu`): the kernels and every GPU test run on the CPU,
 #      the GPU conformance run over every public vector folder, three random-schedule runs of
 #      the GPU suites (fresh GPU-vs-CPU differential requests each time) and an ASan+UBSan
-#      emulated run.
+#      emulated run; the Python module built on the emulator and its GPU tests.
 # Exits non-zero if any step fails, and ends with a one-line total.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -115,6 +115,46 @@ emu_conformance() {
 }
 step emu-conformance emu_conformance
 count_cases "${log_dir}/emu-conformance.log"
+
+# The Python module's CUDA paths on the emulator: _core built into build/emu (preset emu-python)
+# beside the package's .py files, and the Python GPU tests run against it (round robin, then
+# test_gpu.py under a random schedule), then with no device (CUEMU_NO_DEVICE=1), where the
+# no-GPU checks run and the GPU ones skip.
+count_pytest() {  # adds every pytest summary line of a log
+  local log=$1 line kind n
+  while read -r line; do
+    for kind in passed failed skipped; do
+      n=$(echo "$line" | grep -Eo "[0-9]+ ${kind}" | grep -Eo '^[0-9]+')
+      case $kind in
+        passed) passed=$((passed + ${n:-0})) ;;
+        failed) failed=$((failed + ${n:-0})) ;;
+        skipped) skipped=$((skipped + ${n:-0})) ;;
+      esac
+    done
+  done < <(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "$log")
+}
+emu_python() {
+  local py seed rc=0
+  py=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)') || return 1
+  cmake --preset emu-python -DPython_EXECUTABLE="$py" >/dev/null &&
+    cmake --build --preset emu-python || return 1
+  local tests=(tests/python/test_gpu.py
+    tests/python/test_block_index.py::test_cuda_index_is_refused_clearly_without_a_gpu
+    tests/python/test_store_remote.py::test_answers_reach_the_gpu_engine)
+  export PYTHONPATH=$PWD/build/emu/python/package
+  "$py" -c 'import prefixhit, sys; info = prefixhit.build_info(); print(prefixhit.__file__, info)
+sys.exit(not (prefixhit.__file__.startswith(sys.argv[1]) and "cuemu" in info["device"]))' \
+    "$PYTHONPATH" || return 1
+  "$py" -m pytest -p no:cacheprovider -ra "${tests[@]}" || rc=1
+  seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+  echo "---- random schedule: CUEMU_SCHEDULE=random:${seed} CUEMU_PREEMPT=0.3 (replay with these)"
+  CUEMU_SCHEDULE=random:${seed} CUEMU_PREEMPT=0.3 "$py" -m pytest -p no:cacheprovider -ra \
+    tests/python/test_gpu.py || rc=1
+  CUEMU_NO_DEVICE=1 "$py" -m pytest -p no:cacheprovider -ra "${tests[@]}" || rc=1
+  return $rc
+}
+step emu-python emu_python
+count_pytest "${log_dir}/emu-python.log"
 
 # Other interleavings: random order of the CUDA threads, preemption at atomics and hinted loads,
 # 4 resident blocks. The vector-file suites are left to the conformance step above; the
