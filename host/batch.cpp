@@ -103,8 +103,9 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
       }
     }
   };
-  detail::parallel_for(r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
-                       run_range);  // a throwing probe (PlanAnswers of another request) is rethrown here
+  detail::parallel_for(
+      r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
+      run_range);  // a throwing probe (PlanAnswers of another request) is rethrown here
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {

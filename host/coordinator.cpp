@@ -340,7 +340,7 @@ LookupResult lookup_with(const Coordinator& coordinator, std::int64_t n, std::in
   ErrorKind err = ErrorKind::ok;
   if constexpr (std::is_same_v<Probe, detail::SourceProbe>) {
     // Fetch the probe set up front (issue 14); exact, and one overlapped pass over memory.
-    detail::PlannedLookup lookup{probe.hashes,       n,   max_length,      apply_eagle, spec_hits,
+    detail::PlannedLookup lookup{probe.hashes,       n,    max_length,      apply_eagle, spec_hits,
                                  &result.hit_length, &err, probe.bad_digest};
     detail::run_planned_lookups(plan, *probe.source, &lookup, 1);
   } else {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "prefixhit/detail/lookup_plan.hpp"
-#include "prefixhit/errors.hpp"
 #include "prefixhit/error_kind.hpp"
+#include "prefixhit/errors.hpp"
 #include "prefixhit/existence.hpp"
 
 namespace prefixhit::detail {

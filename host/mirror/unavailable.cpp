@@ -41,6 +41,7 @@ EventMirrorStats& EventApplier::mutable_stats() noexcept {
 struct EventMirror::Impl {
   EventMirrorOptions options;
 };
+// NOLINTNEXTLINE(performance-unnecessary-value-param): the signature is the header's
 EventMirror::EventMirror(MirrorSink& /*sink*/, EventMirrorOptions /*options*/) {
   unavailable();
 }

@@ -242,8 +242,7 @@ ThreadScratch& thread_scratch() {
 // ---- (digest conversion)
 // --------------------------------------------------------------------------------
 
-Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width,
-                 bool lazy)
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width, bool lazy)
     : width_(width) {
   check_digest_size(width, name);
   PyObject* o = obj.ptr();

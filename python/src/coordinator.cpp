@@ -209,9 +209,9 @@ void bind_coordinator(nb::module_& m) {
          [](PyCoordinator* self, nb::handle groups, nb::handle scheduler_block_size,
             nb::handle hash_block_size, nb::handle use_eagle, nb::handle retention_interval,
             nb::handle semantics, nb::handle enable_partial_hash_hits, nb::handle digest_size) {
-           Config config = make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
-                                       retention_interval, semantics, enable_partial_hash_hits,
-                                       digest_size);
+           Config config =
+               make_config(groups, scheduler_block_size, hash_block_size, use_eagle,
+                           retention_interval, semantics, enable_partial_hash_hits, digest_size);
            new (self) PyCoordinator(std::move(config));
          },
          nb::arg("groups").none(), nb::arg("scheduler_block_size").none(),

@@ -317,7 +317,8 @@ TEST(Router, BadInputIsRefusedAndAppliesNothing) {
   const Coordinator c(config);
   const std::vector<std::int64_t> offsets{0, 3};
   const std::vector<std::int64_t> bad_length{-1};
-  EXPECT_THROW(score_workers(c, LookupBatch{keys, offsets, bad_length, {}}, index), InvalidArgument);
+  EXPECT_THROW(score_workers(c, LookupBatch{keys, offsets, bad_length, {}}, index),
+               InvalidArgument);
   const std::vector<std::int64_t> ok{48};
   const RouterScores s = score_workers(c, LookupBatch{keys, offsets, ok, {}}, index);
   EXPECT_THROW(s.result(1, 0), InvalidArgument);

@@ -196,8 +196,8 @@ TEST(StoreKey, ParsesVllmKeys) {
   EXPECT_EQ(p.key.bytes[0], 0xAA);
   ASSERT_TRUE(
       parse_store_key_parts("pre@fix@org/m-1@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
-                      "00112233445566778899aabbccddeeff",
-                      p));
+                            "00112233445566778899aabbccddeeff",
+                            p));
   EXPECT_EQ(p.cache_prefix, "pre@fix");
   EXPECT_EQ(p.model, "org/m-1");
   EXPECT_EQ(p.key.digest_size, 16);
