@@ -367,7 +367,8 @@ LookupResult Coordinator::find_longest_cache_hit(span<const BlockDigest> hashes,
   PREFIXHIT_NVTX_RANGE("prefixhit::find_longest_cache_hit");
   detail::check_store_width(store, config_.digest_size);
   std::int64_t bad_digest = -1;
-  const detail::SourceProbe probe{&plan_, &store, hashes.data(), &bad_digest};
+  const detail::SourceProbe probe{&plan_, &store, hashes.data(),
+                                  store.checks_hash_widths() ? nullptr : &bad_digest};
   return lookup_with(*this, static_cast<std::int64_t>(hashes.size()), max_length, apply_eagle,
                      probe, "max_length");
 }

@@ -34,6 +34,10 @@ class ExistenceSource {
   /// The width (8, 16 or 32 bytes) of the keys this source holds and the hashes it is probed
   /// with. A coordinator refuses a source whose width is not its Config::digest_size.
   virtual std::size_t digest_size() const noexcept { return BlockDigest::kSize; }
+  /// True when the source itself converts and validates every hash a probe reads before using
+  /// it (the Python binding's lazily read hash lists): the engine then skips its own check of
+  /// probed hashes' width, which would read entries the source has not converted yet.
+  virtual bool checks_hash_widths() const noexcept { return false; }
 
   /// out[w] = probe(windows[w]...) for every w < n. Lookups hand a request's (or a batch's)
   /// whole probe set here at once, so a source can overlap the memory accesses of all of them

@@ -220,6 +220,8 @@ class PyContainsSource final : public ExistenceSource {
                       std::int64_t step, int count) const override;
   /// The container holds keys as `bytes` of the lookup's width.
   std::size_t digest_size() const noexcept override { return digests_.width(); }
+  /// A lazily read list is converted (and its items' lengths checked) as probes read it.
+  bool checks_hash_widths() const noexcept override { return digests_.is_lazy(); }
   /// Re-raises a Python error a probe met, if any.
   void check() const;
 
@@ -236,15 +238,21 @@ class PyContainsSource final : public ExistenceSource {
 /// re-raises its Python error.
 class LazyDigestSource final : public ExistenceSource {
  public:
-  LazyDigestSource(const ExistenceSource& inner, const Digests& digests)
-      : inner_(inner), digests_(digests) {}
+  /// `positional`: the store reads hashes by their index in the request (PlanAnswers), so each
+  /// probed digest is converted in place instead of gathered into a run.
+  LazyDigestSource(const ExistenceSource& inner, const Digests& digests, bool positional = false)
+      : inner_(inner), digests_(digests), positional_(positional) {}
   std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                       std::int64_t step, int count) const override;
+  std::size_t digest_size() const noexcept override { return inner_.digest_size(); }
+  /// Every digest is converted (and its length checked) by fetch() before the store sees it.
+  bool checks_hash_widths() const noexcept override { return true; }
   void check() const;
 
  private:
   const ExistenceSource& inner_;
   const Digests& digests_;
+  bool positional_;
   mutable bool failed_ = false;
 };
 

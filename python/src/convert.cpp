@@ -809,6 +809,16 @@ std::uint64_t LazyDigestSource::probe(int group_id, const BlockDigest* hashes, s
   if (failed_) {
     return 0;
   }
+  if (positional_) {
+    const std::int64_t base = hashes - digests_.data();
+    for (int k = 0; k < count; ++k) {
+      if (!digests_.fetch(static_cast<std::size_t>(base + first + k * step))) {
+        failed_ = true;  // the Python error stays set; check() raises it
+        return 0;
+      }
+    }
+    return inner_.probe(group_id, hashes, first, step, count);
+  }
   // The probe's digests, gathered into a contiguous run: a native store reads only the keys
   // it is asked about, so asking for run[0..count) with step 1 gives the same answer.
   BlockDigest run[64];
@@ -868,10 +878,10 @@ ResolvedStore::ResolvedStore(nb::handle store, Namespace ns, Digests& digests) {
         "PlanAnswers, got " +
         py_type_name(store));
   }
-  // A lazily read hash list is converted as the native store probes it; PlanAnswers read no
-  // digest, and a Python container fetches its own keys.
-  if (digests.is_lazy() && !contains_ && !nb::isinstance<PyPlanAnswers>(store)) {
-    lazy_.emplace(*source_, digests);
+  // A lazily read hash list is converted as the native store probes it (PlanAnswers too: they
+  // compare each probed hash with their plan's key); a Python container fetches its own keys.
+  if (digests.is_lazy() && !contains_) {
+    lazy_.emplace(*source_, digests, nb::isinstance<PyPlanAnswers>(store));
     source_ = &*lazy_;
   }
 }
