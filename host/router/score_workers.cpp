@@ -130,7 +130,8 @@ struct ClassProbe {
     }
     ++reads;
     s.stamp[e] = s.epoch;
-    s.slot[e] = static_cast<std::uint32_t>(at / words);
+    // words >= 1: a residency index has at least one worker (checked when it is built).
+    s.slot[e] = static_cast<std::uint32_t>(at / words);  // NOLINT(clang-analyzer-core.DivideZero)
     return at;
   }
 
