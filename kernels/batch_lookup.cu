@@ -245,7 +245,7 @@ kernels::BatchKernelArgs kernel_args(const DeviceBatch& batch, const DeviceLooku
   const std::string prefix = "request " + std::to_string(r) + ": ";
   try {
     const std::int64_t off = batch.offsets[r];
-    const KeySet empty;
+    const KeySet empty(coordinator.config().digest_size);  // the store must have its width
     coordinator.find_longest_cache_hit(
         batch.digests.subspan(static_cast<std::size_t>(off),
                               static_cast<std::size_t>(batch.offsets[r + 1] - off)),

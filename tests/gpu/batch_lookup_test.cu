@@ -182,8 +182,15 @@ RandomBatch make_batch(Rng& rng, Shape shape, std::size_t requests, std::int64_t
     // The remote-store flow: the request's KeyPlan, answered by its store, scattered.
     const std::size_t base = b.presence.size();
     b.presence.resize(base + static_cast<std::size_t>(groups * n), 0);
-    if (req.max_length >= 0 && req.max_length < (n + 1) * h) {
-      const prefixhit::KeyPlan plan = c.key_plan(req.hashes, req.max_length);
+    // A length past the hashes is no longer always an error (full attention stops at the last
+    // hash): whatever key_plan accepts is planned and answered.
+    std::optional<prefixhit::KeyPlan> maybe_plan;
+    try {
+      maybe_plan = c.key_plan(req.hashes, req.max_length);
+    } catch (const prefixhit::InvalidArgument&) {
+    }
+    if (maybe_plan) {
+      const prefixhit::KeyPlan& plan = *maybe_plan;
       std::vector<std::uint8_t> answers(plan.size());
       for (std::size_t i = 0; i < plan.size(); ++i) {
         answers[i] = store.contains(plan.group_ids[i], plan.keys[i]) ? 1 : 0;
@@ -194,7 +201,8 @@ RandomBatch make_batch(Rng& rng, Shape shape, std::size_t requests, std::int64_t
         return c.find_longest_cache_hit(req.hashes, req.max_length, plan_answers, req.apply_eagle);
       }));
     } else {
-      b.want_plan.push_back(b.want_store.back());  // invalid_argument either way
+      b.want_plan.push_back(
+          b.want_store.back());  // key_plan refused the length: so does the lookup
     }
     b.digests.insert(b.digests.end(), req.hashes.begin(), req.hashes.end());
     b.offsets.push_back(static_cast<std::int64_t>(b.digests.size()));
@@ -508,7 +516,7 @@ TEST(GpuBatchLookup, HostOverloadsValidateLikeTheCpuEngine) {
   const auto index = load_index(b, kNs);
   prefixhit::LookupBatch bad = b.view();
   std::vector<std::int64_t> lengths = b.max_lengths;
-  lengths[2] = (static_cast<std::int64_t>(b.requests[2].hashes.size()) + 1) * 4;
+  lengths[2] = std::int64_t{1} << 41;  // past the 2^40-token limit: refused before any lookup
   bad.max_lengths = lengths;
   EXPECT_THROW(engine.find_longest_cache_hits(bad, *index, kNs), prefixhit::InvalidArgument);
   EXPECT_THROW(engine.find_longest_cache_hits(bad, b.presence), prefixhit::InvalidArgument);
