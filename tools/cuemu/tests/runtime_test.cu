@@ -77,6 +77,31 @@ TEST(CuemuRuntime, AtomicsAreExactUnderManyThreads) {
   EXPECT_EQ(r.fadd, 256.0F);
 }
 
+// Every thread reads a shared word, then tries one CAS from what it read, without retrying: the
+// bug pattern of a lock-free update that ignores a failed CAS. With preemption, a schedule may
+// run another thread between the read and the CAS, so some CAS must fail (a lost update); the
+// retrying twin never loses one. This needs a scheduling point before an atomic, not just after.
+__global__ void read_then_cas(unsigned* once, unsigned* retry) {
+  unsigned seen = __ldcg(once);
+  atomicCAS(once, seen, seen + 1U);
+  seen = __ldcg(retry);
+  for (unsigned prev; (prev = atomicCAS(retry, seen, seen + 1U)) != seen;)
+    seen = prev;
+}
+
+TEST(CuemuPreemption, ReadThenCasRacesAreExposed) {
+  const char* preempt = std::getenv("CUEMU_PREEMPT");
+  if (preempt == nullptr || std::atof(preempt) <= 0.0)
+    GTEST_SKIP() << "needs CUEMU_PREEMPT > 0 (its own ctest entry sets it)";
+  const unsigned n = 4 * 256;
+  DeviceArray<unsigned> once(1, {0U});
+  DeviceArray<unsigned> retry(1, {0U});
+  ::cuemu::launch(4, 256)(read_then_cas, once.ptr, retry.ptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(retry.get()[0], n);
+  EXPECT_LT(once.get()[0], n) << "no thread ran between a read and its CAS";
+}
+
 // Thread 0 of warp 1 spins until warp 0 publishes: progress needs __nanosleep / fences to be
 // scheduling points (the GPU's independent thread scheduling).
 __global__ void publish_then_wait(int* flag, int* data, int* seen) {
