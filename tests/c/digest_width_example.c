@@ -7,27 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "prefixhit/prefixhit.h"
 
 static int failures = 0;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-#define OK(call)                                                          \
-  do {                                                                    \
-    prefixhit_status status_ = (call);                                    \
-    if (status_ != PREFIXHIT_OK) {                                        \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, \
-              prefixhit_status_name(status_), prefixhit_last_error());    \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
 
 enum { H = 16, NUM_HASHES = 6 };
 
