@@ -208,6 +208,19 @@ nb::dict memory_of(const ResidencyIndex& index) {
   return out;
 }
 
+/// insert and erase take the same arguments: validate them all, then run `op` without the GIL.
+template <class Op>
+std::size_t apply_keys(ResidencyIndex& self, std::int64_t worker, std::int64_t gid, nb::handle keys,
+                       std::int64_t tier, std::int64_t ns, std::size_t digest_size, Op op) {
+  const WorkerId w = worker_id(self, worker);
+  const Digests d(keys, "keys", DigestShape::sequence_or_flat, digest_size);
+  const int g = group_id(gid);
+  const Namespace space = router_namespace(ns);
+  const int t = tier_of(self, tier);
+  nb::gil_scoped_release release;
+  return op(w, space, g, d.view(), t);
+}
+
 }  // namespace
 
 void bind_router(nb::module_& m) {
@@ -239,13 +252,10 @@ void bind_router(nb::module_& m) {
           "insert",
           [](ResidencyIndex& self, std::int64_t worker, std::int64_t gid, nb::handle keys,
              std::int64_t tier, std::int64_t ns, std::size_t digest_size) {
-            const WorkerId w = worker_id(self, worker);
-            const Digests d(keys, "keys", DigestShape::sequence_or_flat, digest_size);
-            const int g = group_id(gid);
-            const Namespace space = router_namespace(ns);
-            const int t = tier_of(self, tier);
-            nb::gil_scoped_release release;
-            return self.insert(w, space, g, d.view(), digest_size, t);
+            return apply_keys(self, worker, gid, keys, tier, ns, digest_size,
+                              [&](WorkerId w, Namespace space, int g, auto view, int t) {
+                                return self.insert(w, space, g, view, digest_size, t);
+                              });
           },
           nb::arg("worker"), nb::arg("group_id"), nb::arg("keys").none(), nb::kw_only(),
           nb::arg("tier") = 0, nb::arg("namespace") = 0,
@@ -259,13 +269,10 @@ void bind_router(nb::module_& m) {
           "erase",
           [](ResidencyIndex& self, std::int64_t worker, std::int64_t gid, nb::handle keys,
              std::int64_t tier, std::int64_t ns, std::size_t digest_size) {
-            const WorkerId w = worker_id(self, worker);
-            const Digests d(keys, "keys", DigestShape::sequence_or_flat, digest_size);
-            const int g = group_id(gid);
-            const Namespace space = router_namespace(ns);
-            const int t = tier_of(self, tier);
-            nb::gil_scoped_release release;
-            return self.erase(w, space, g, d.view(), digest_size, t);
+            return apply_keys(self, worker, gid, keys, tier, ns, digest_size,
+                              [&](WorkerId w, Namespace space, int g, auto view, int t) {
+                                return self.erase(w, space, g, view, digest_size, t);
+                              });
           },
           nb::arg("worker"), nb::arg("group_id"), nb::arg("keys").none(), nb::kw_only(),
           nb::arg("tier") = 0, nb::arg("namespace") = 0,
