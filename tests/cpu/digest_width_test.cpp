@@ -22,6 +22,7 @@
 namespace prefixhit {
 namespace {
 
+using testing::expect_same;
 using testing::random_config;
 using testing::random_hashes;
 using testing::random_max_length;
@@ -51,16 +52,6 @@ auto outcome(Fn&& fn) -> std::pair<std::optional<decltype(fn())>, ErrorKind> {
     return {fn(), ErrorKind::ok};
   } catch (const Error& e) {
     return {std::nullopt, e.kind()};
-  }
-}
-
-void expect_same(const LookupResult& a, const LookupResult& b, const std::string& where) {
-  EXPECT_EQ(a.hit_length, b.hit_length) << where;
-  ASSERT_EQ(a.groups.size(), b.groups.size()) << where;
-  for (std::size_t g = 0; g < a.groups.size(); ++g) {
-    EXPECT_EQ(a.groups[g].num_blocks, b.groups[g].num_blocks) << where << " group " << g;
-    EXPECT_EQ(a.groups[g].num_placeholders, b.groups[g].num_placeholders)
-        << where << " group " << g;
   }
 }
 

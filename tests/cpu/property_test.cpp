@@ -16,6 +16,7 @@
 namespace prefixhit {
 namespace {
 
+using testing::expect_same;
 using testing::random_config;
 using testing::random_hashes;
 using testing::random_max_length;
@@ -38,15 +39,6 @@ Outcome lookup(const Coordinator& c, const std::vector<BlockDigest>& hashes, std
     out.error = e.kind();
   }
   return out;
-}
-
-void expect_same(const LookupResult& a, const LookupResult& b, const std::string& what) {
-  EXPECT_EQ(a.hit_length, b.hit_length) << what;
-  ASSERT_EQ(a.groups.size(), b.groups.size()) << what;
-  for (std::size_t g = 0; g < a.groups.size(); ++g) {
-    EXPECT_EQ(a.groups[g].num_blocks, b.groups[g].num_blocks) << what << " group " << g;
-    EXPECT_EQ(a.groups[g].num_placeholders, b.groups[g].num_placeholders) << what << " group " << g;
-  }
 }
 
 TEST(Properties, LookupInvariantsHold) {

@@ -18,6 +18,7 @@
 namespace prefixhit {
 namespace {
 
+using testing::expect_same;
 using testing::random_config;
 using testing::random_hashes;
 using testing::random_max_length;
@@ -133,15 +134,6 @@ World make_world(std::mt19937_64& rng) {
     w.offsets.push_back(static_cast<std::int64_t>(w.digests.size()));
   }
   return w;
-}
-
-void expect_same(const LookupResult& a, const LookupResult& b, const std::string& what) {
-  EXPECT_EQ(a.hit_length, b.hit_length) << what;
-  ASSERT_EQ(a.groups.size(), b.groups.size()) << what;
-  for (std::size_t g = 0; g < a.groups.size(); ++g) {
-    EXPECT_EQ(a.groups[g].num_blocks, b.groups[g].num_blocks) << what << " group " << g;
-    EXPECT_EQ(a.groups[g].num_placeholders, b.groups[g].num_placeholders) << what << " group " << g;
-  }
 }
 
 TEST(Remote, BatchModeEqualsTheLookupOnTheCandidateSet) {

@@ -13,26 +13,13 @@
 namespace prefixhit {
 namespace {
 
+using testing::copy_store;
 using testing::random_config;
 using testing::random_hashes;
 using testing::random_max_length;
 using testing::random_store;
 using testing::seed_note;
 using testing::test_seed;
-
-/// Copies a request's KeySet into the index under `ns`: every (group, hash) pair it holds.
-void copy_store(const KeySet& store, const Config& config, const std::vector<BlockDigest>& hashes,
-                BlockIndex& index, Namespace ns) {
-  for (std::size_t g = 0; g < config.groups.size(); ++g) {
-    std::vector<BlockDigest> keys;
-    for (const BlockDigest& d : hashes) {
-      if (store.contains(static_cast<int>(g), d)) {
-        keys.push_back(d);
-      }
-    }
-    index.insert(ns, static_cast<int>(g), keys);
-  }
-}
 
 TEST(ResidentIndex, LookupsEqualTheCallersSet) {
   const std::uint64_t seed = test_seed();

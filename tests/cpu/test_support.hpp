@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/existence.hpp"
 #include "prefixhit/types.hpp"
@@ -143,6 +146,30 @@ inline std::int64_t random_max_length(std::mt19937_64& rng, std::int64_t n, std:
     return static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(limit));
   }
   return std::max<std::int64_t>(0, limit - 1 - static_cast<std::int64_t>(rng() % (2 * h + 1)));
+}
+
+/// Two lookups agree: the hit length and every group's blocks and placeholders.
+inline void expect_same(const LookupResult& a, const LookupResult& b, const std::string& what) {
+  EXPECT_EQ(a.hit_length, b.hit_length) << what;
+  ASSERT_EQ(a.groups.size(), b.groups.size()) << what;
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    EXPECT_EQ(a.groups[g].num_blocks, b.groups[g].num_blocks) << what << " group " << g;
+    EXPECT_EQ(a.groups[g].num_placeholders, b.groups[g].num_placeholders) << what << " group " << g;
+  }
+}
+
+/// Copies a request's KeySet into a block index under `ns`: every (group, hash) pair it holds.
+inline void copy_store(const KeySet& store, const Config& config,
+                       const std::vector<BlockDigest>& hashes, BlockIndex& index, Namespace ns) {
+  for (std::size_t g = 0; g < config.groups.size(); ++g) {
+    std::vector<BlockDigest> keys;
+    for (const BlockDigest& d : hashes) {
+      if (store.contains(static_cast<int>(g), d)) {
+        keys.push_back(d);
+      }
+    }
+    index.insert(ns, static_cast<int>(g), keys);
+  }
 }
 
 }  // namespace prefixhit::testing
