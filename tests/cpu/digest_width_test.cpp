@@ -23,28 +23,13 @@ namespace prefixhit {
 namespace {
 
 using testing::expect_same;
+using testing::narrow;
 using testing::random_config;
 using testing::random_hashes;
 using testing::random_max_length;
 using testing::random_store;
 using testing::seed_note;
 using testing::test_seed;
-
-/// The width-w digest of a 32-byte one: its first w bytes (random digests stay distinct).
-BlockDigest narrow(const BlockDigest& d, std::size_t width) {
-  BlockDigest out;
-  std::memcpy(out.bytes.data(), d.bytes.data(), width);
-  return out;
-}
-
-std::vector<BlockDigest> narrow(const std::vector<BlockDigest>& ds, std::size_t width) {
-  std::vector<BlockDigest> out;
-  out.reserve(ds.size());
-  for (const BlockDigest& d : ds) {
-    out.push_back(narrow(d, width));
-  }
-  return out;
-}
 
 template <class Fn>
 auto outcome(Fn&& fn) -> std::pair<std::optional<decltype(fn())>, ErrorKind> {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -170,6 +171,22 @@ inline void copy_store(const KeySet& store, const Config& config,
     }
     index.insert(ns, static_cast<int>(g), keys);
   }
+}
+
+/// The width-w digest of a 32-byte one: its first w bytes (random digests stay distinct).
+inline BlockDigest narrow(const BlockDigest& d, std::size_t width) {
+  BlockDigest out;
+  std::memcpy(out.bytes.data(), d.bytes.data(), width);
+  return out;
+}
+
+inline std::vector<BlockDigest> narrow(const std::vector<BlockDigest>& ds, std::size_t width) {
+  std::vector<BlockDigest> out;
+  out.reserve(ds.size());
+  for (const BlockDigest& d : ds) {
+    out.push_back(narrow(d, width));
+  }
+  return out;
 }
 
 }  // namespace prefixhit::testing

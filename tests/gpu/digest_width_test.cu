@@ -24,27 +24,13 @@
 namespace prefixhit {
 namespace {
 
+using testing::narrow;
 using testing::random_config;
 using testing::random_hashes;
 using testing::random_max_length;
 using testing::random_store;
 using testing::seed_note;
 using testing::test_seed;
-
-BlockDigest narrow(const BlockDigest& d, std::size_t width) {
-  BlockDigest out;
-  std::memcpy(out.bytes.data(), d.bytes.data(), width);
-  return out;
-}
-
-std::vector<BlockDigest> narrow(const std::vector<BlockDigest>& ds, std::size_t width) {
-  std::vector<BlockDigest> out;
-  out.reserve(ds.size());
-  for (const BlockDigest& d : ds) {
-    out.push_back(narrow(d, width));
-  }
-  return out;
-}
 
 /// Device memory holding a copy of `host`, freed on scope exit.
 template <class T>
