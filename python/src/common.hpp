@@ -91,6 +91,10 @@ class Digests {
   PyObject* item(std::size_t i) const noexcept {
     return lazy_items_ != nullptr ? lazy_items_[i] : items_[i];
   }
+  /// Lazy mode: the caller's own item i when it is a `bytes` object of the digest width, read
+  /// without converting or holding it (borrowed: valid until Python code next runs); else null
+  /// (an index past the end, another type or length: fetch() converts it or reports it).
+  PyObject* raw_bytes_item(std::size_t i) const noexcept;
   /// Lazy mode: also remember each fetched item's object, for item() (a Python-set store
   /// probes with the caller's own `bytes`, whose hash is cached).
   void keep_items();
@@ -229,7 +233,11 @@ class PyContainsSource final : public ExistenceSource {
   PyObject* container_;
   bool is_set_;
   const Digests& digests_;
+  /// The (group_id, key) tuple a probe asks about, reused while only this source holds it.
+  PyObject* pair(int group_id, PyObject* key) const;
+
   mutable PyObject* group_ids_[kMaxGroups] = {};
+  mutable PyObject* pair_ = nullptr;
   mutable bool failed_ = false;
 };
 

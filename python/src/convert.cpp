@@ -511,6 +511,18 @@ bool Digests::gather(std::int64_t first, std::int64_t step, int count, BlockDige
   return true;
 }
 
+PyObject* Digests::raw_bytes_item(std::size_t i) const noexcept {
+  PyObject* seq = keep_.ptr();
+  // Re-read the length: a store's Python code may have shrunk the caller's list meanwhile.
+  if (static_cast<Py_ssize_t>(i) >= PySequence_Fast_GET_SIZE(seq)) {
+    return nullptr;
+  }
+  PyObject* item = PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i));
+  return PyBytes_Check(item) && static_cast<std::size_t>(PyBytes_GET_SIZE(item)) == width_
+             ? item
+             : nullptr;
+}
+
 bool Digests::fetch(std::size_t i) const {
   std::uint64_t& word = fetched_[i / 64];
   const std::uint64_t bit = std::uint64_t{1} << (i % 64);
@@ -694,16 +706,43 @@ PyContainsSource::~PyContainsSource() {
   for (PyObject*& id : group_ids_) {
     Py_XDECREF(id);
   }
+  Py_XDECREF(pair_);
+}
+
+PyObject* PyContainsSource::pair(int group_id, PyObject* key) const {
+  PyObject*& id = group_ids_[group_id];
+  if (id == nullptr && (id = PyLong_FromLong(group_id)) == nullptr) {
+    return nullptr;
+  }
+#if PY_VERSION_HEX < 0x030E0000
+  // One tuple for every probe, its items swapped in place: a set probe then allocates nothing
+  // (a new tuple per probe also ran the cyclic GC every few hundred probes). Only while this
+  // source holds the only reference (a container's Python code may keep the pair it was asked
+  // about), and only where tuples do not cache their hash (they do from Python 3.14 on).
+  if (pair_ != nullptr && Py_REFCNT(pair_) == 1) {
+    PyObject* old_id = PyTuple_GET_ITEM(pair_, 0);
+    PyObject* old_key = PyTuple_GET_ITEM(pair_, 1);
+    Py_INCREF(id);
+    Py_INCREF(key);
+    PyTuple_SET_ITEM(pair_, 0, id);
+    PyTuple_SET_ITEM(pair_, 1, key);
+    Py_DECREF(old_id);
+    Py_DECREF(old_key);
+    Py_INCREF(pair_);
+    return pair_;
+  }
+  Py_CLEAR(pair_);
+  pair_ = PyTuple_Pack(2, id, key);
+  Py_XINCREF(pair_);
+  return pair_;
+#else
+  return PyTuple_Pack(2, id, key);
+#endif
 }
 
 std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                                       std::int64_t step, int count) const {
   if (failed_ || group_id < 0 || group_id >= kMaxGroups) {
-    return 0;
-  }
-  PyObject*& id = group_ids_[group_id];
-  if (id == nullptr && (id = PyLong_FromLong(group_id)) == nullptr) {
-    failed_ = true;
     return 0;
   }
   // Index of hashes[first] in the whole digest input (a batch passes a request's sub-range).
@@ -715,25 +754,33 @@ std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, s
   for (int k = 0; k < count; ++k) {
     const std::int64_t i = first + k * step;
     const auto index = static_cast<std::size_t>(base + i);
-    if (digests_.is_lazy() && !digests_.fetch(index)) {
-      failed_ = true;  // the Python error stays set; check() raises it
-      return 0;
-    }
-    // The caller's own bytes object (its hash is cached), held by `digests_` for the whole
-    // call: the container's Python code may drop it from the caller's list meanwhile.
-    PyObject* key = digests_.has_items() ? digests_.item(index) : nullptr;
+    // The caller's own bytes object: the container hashes it (its hash is cached by CPython
+    // after the first use) and compares it, as the reference's `(group, hash) in set` does.
+    // A lazy list's bytes item of the right width is used as it is (no conversion; the pair
+    // holds a reference while the container runs); anything else is fetched (converted, or
+    // reported) and then held by `digests_` for the whole call.
+    PyObject* key = digests_.is_lazy() ? digests_.raw_bytes_item(index) : nullptr;
     if (key != nullptr) {
       Py_INCREF(key);
     } else {
-      key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
-                                      static_cast<Py_ssize_t>(digests_.width()));
+      if (digests_.is_lazy() && !digests_.fetch(index)) {
+        failed_ = true;  // the Python error stays set; check() raises it
+        return 0;
+      }
+      key = digests_.has_items() ? digests_.item(index) : nullptr;
+      if (key != nullptr) {
+        Py_INCREF(key);
+      } else {
+        key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
+                                        static_cast<Py_ssize_t>(digests_.width()));
+      }
     }
-    PyObject* pair = key == nullptr ? nullptr : PyTuple_Pack(2, id, key);
+    PyObject* probe_pair = key == nullptr ? nullptr : pair(group_id, key);
     Py_XDECREF(key);
-    const int found = pair == nullptr ? -1
-                      : is_set_       ? PySet_Contains(container_, pair)
-                                      : PySequence_Contains(container_, pair);
-    Py_XDECREF(pair);
+    const int found = probe_pair == nullptr ? -1
+                      : is_set_             ? PySet_Contains(container_, probe_pair)
+                                            : PySequence_Contains(container_, probe_pair);
+    Py_XDECREF(probe_pair);
     if (found < 0) {
       failed_ = true;  // the Python error stays set; check() raises it
       return 0;
