@@ -73,8 +73,11 @@ class Digests {
  public:
   /// `width`: the digest size in bytes (8, 16 or 32); items must be exactly that long, arrays
   /// [n, width]; narrower digests are zero-padded into BlockDigest's 32-byte form.
+  /// `hold_items = false` (eager mode): copy the digests only, keeping no references to the
+  /// items (item() is then unavailable): for callers that run no Python code while they use
+  /// the digests, which then skip a pass over every item.
   Digests(nb::handle obj, const char* name, DigestShape shape,
-          std::size_t width = BlockDigest::kSize, bool lazy = false);
+          std::size_t width = BlockDigest::kSize, bool lazy = false, bool hold_items = true);
   ~Digests();
   Digests(const Digests&) = delete;
   Digests& operator=(const Digests&) = delete;
@@ -117,6 +120,7 @@ class Digests {
   void lazy_sequence(nb::handle obj, const char* name);
 
   std::size_t width_ = BlockDigest::kSize;
+  bool hold_items_ = true;
 
   Buffer buffer_;
   nb::object keep_;

@@ -242,8 +242,9 @@ ThreadScratch& thread_scratch() {
 // ---- (digest conversion)
 // --------------------------------------------------------------------------------
 
-Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width, bool lazy)
-    : width_(width) {
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width, bool lazy,
+                 bool hold_items)
+    : width_(width), hold_items_(hold_items) {
   check_digest_size(width, name);
   PyObject* o = obj.ptr();
   if (PyList_Check(o) || PyTuple_Check(o)) {
@@ -340,8 +341,8 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
   owned_.resize(static_cast<std::size_t>(n));
-  items_.assign(static_cast<std::size_t>(n), nullptr);
-  bool all_bytes = true;
+  items_.assign(hold_items_ ? static_cast<std::size_t>(n) : 0, nullptr);
+  bool all_bytes = hold_items_;
   const auto k = static_cast<Py_ssize_t>(width_);
   // A throwing constructor runs no destructor: drop the references taken so far ourselves.
   struct Unwind {
@@ -356,7 +357,19 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       }
     }
   } unwind{items_};
+  // The items of a long list are scattered objects: each is a cache miss, so start the loads
+  // of the items a few iterations ahead.
+  constexpr Py_ssize_t kAhead = 8;
+  for (Py_ssize_t i = 0; i < std::min(n, kAhead); ++i) {
+    __builtin_prefetch(items[i]);
+    __builtin_prefetch(reinterpret_cast<const char*>(items[i]) + offsetof(PyBytesObject, ob_sval));
+  }
   for (Py_ssize_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char* ahead = reinterpret_cast<const char*>(items[i + kAhead]);
+      __builtin_prefetch(ahead);
+      __builtin_prefetch(ahead + offsetof(PyBytesObject, ob_sval));
+    }
     PyObject* item = items[i];
     auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
     Py_ssize_t len = -1;
@@ -365,8 +378,10 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       if (len == k) {
         std::memcpy(out, PyBytes_AS_STRING(item), k);
       }
-      Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
-      items_[static_cast<std::size_t>(i)] = item;
+      if (hold_items_) {
+        Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
+        items_[static_cast<std::size_t>(i)] = item;
+      }
     } else {
       all_bytes = false;
       Buffer b;
@@ -683,10 +698,18 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   owned_.resize(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    const std::string item_name = std::string(name) + "[" + std::to_string(i) + "]";
-    owned_[static_cast<std::size_t>(i)] =
-        check(to_int64(PySequence_Fast_GET_ITEM(fast, i), item_name.c_str()),
-              static_cast<std::size_t>(i), true);
+    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
+    // A plain int in range is read directly: the item's name is built only for an error (a
+    // store's answer list has one item per key, tens of thousands).
+    int overflow = 0;
+    const long long plain =
+        PyLong_CheckExact(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : 0;
+    std::int64_t value = plain;
+    if (!PyLong_CheckExact(item) || overflow != 0) {
+      const std::string item_name = std::string(name) + "[" + std::to_string(i) + "]";
+      value = to_int64(item, item_name.c_str());
+    }
+    owned_[static_cast<std::size_t>(i)] = check(value, static_cast<std::size_t>(i), true);
   }
   data_ = owned_.data();
   size_ = owned_.size();

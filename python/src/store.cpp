@@ -188,7 +188,9 @@ void bind_store(nb::module_& m) {
              nb::handle offsets, nb::handle max_lengths, nb::handle apply_eagle, bool multi_round,
              int max_rounds) {
             const PyCoordinator& c = nb::cast<const PyCoordinator&>(coordinator);
-            const Digests d(digests, "digests", DigestShape::sequence_or_flat);
+            // Copied only: no Python code runs while RemoteLookup reads them.
+            const Digests d(digests, "digests", DigestShape::sequence_or_flat, BlockDigest::kSize,
+                            /*lazy=*/false, /*hold_items=*/false);
             const IntArray<std::int64_t> offs(offsets, "offsets");
             const IntArray<std::int64_t> lengths(max_lengths, "max_lengths");
             std::vector<std::uint8_t> flags;
@@ -213,7 +215,9 @@ void bind_store(nb::module_& m) {
           [](nb::object coordinator, const StoreLayout& layout, nb::handle digests,
              nb::handle offsets, nb::handle num_tokens, bool multi_round, int max_rounds) {
             const PyCoordinator& c = nb::cast<const PyCoordinator&>(coordinator);
-            const Digests d(digests, "digests", DigestShape::sequence_or_flat);
+            // Copied only: no Python code runs while RemoteLookup reads them.
+            const Digests d(digests, "digests", DigestShape::sequence_or_flat, BlockDigest::kSize,
+                            /*lazy=*/false, /*hold_items=*/false);
             const IntArray<std::int64_t> offs(offsets, "offsets");
             const IntArray<std::int64_t> tokens(num_tokens, "num_tokens");
             PyRemoteLookup out{coordinator, std::nullopt};
