@@ -549,10 +549,11 @@ class MooncakeStoreCoordinator:
     ) -> int:
         """vLLM's Mooncake store worker lookup (``MooncakeStoreWorker.lookup(num_tokens,
         block_hashes)``) as one call: align_lookup_length, the candidate keys of every rank
-        namespace of every group in the store key format, one ``batch_is_exist`` round (or a
-        few, ``multi_round=True``), the all-namespaces rule and the second lookup below
-        ``num_tokens``. ``store``: a ``MooncakeDistributedStore`` or anything with
-        ``batch_is_exist(keys)`` (or such a callable); ``layout``: see :meth:`store_layout`.
+        namespace of every group in the store key format, asked in a few exact rounds (the
+        default; ``multi_round=False``: one ``batch_is_exist`` call with every candidate key, as
+        vLLM does), the all-namespaces rule and the second lookup below ``num_tokens``.
+        ``store``: a ``MooncakeDistributedStore`` or anything with ``batch_is_exist(keys)`` (or
+        such a callable); ``layout``: see :meth:`store_layout`.
 
         Delegates to :func:`prefixhit.store.worker_lookup` (C++), which this wrapper does not
         re-implement."""

@@ -311,6 +311,14 @@ def test_worker_lookup_delegates_to_prefixhit_store() -> None:
     hit = coord.worker_lookup(batch_is_exist, layout, 256, hashes)
     assert hit == store_module.worker_lookup(batch_is_exist, coord.core, layout, 256, hashes)
     assert hit == 192  # the whole prompt is stored; the EAGLE drop costs one scheduler block
+    # The default asks in a few exact rounds; one round (vLLM's way) gives the same answer.
+    multi: dict = {}
+    one: dict = {}
+    assert coord.worker_lookup(batch_is_exist, layout, 256, hashes, stats=multi) == hit
+    assert coord.worker_lookup(batch_is_exist, layout, 256, hashes, multi_round=False,
+                               stats=one) == hit
+    assert one["rounds"] == 1 and multi["rounds"] >= 1
+    assert multi["keys_asked"] < one["keys_asked"]
 
 
 def test_a_python_set_store_sees_each_probe_as_its_own_pair() -> None:
