@@ -118,6 +118,9 @@ class Digests {
   void from_buffer(const char* name, DigestShape shape);
   void from_sequence(nb::handle obj, const char* name);
   void lazy_sequence(nb::handle obj, const char* name);
+  /// An uninitialised array of n digests: this thread's reusable buffer when free, else a new
+  /// one; becomes scratch_.
+  BlockDigest* take_scratch(std::size_t n);
 
   std::size_t width_ = BlockDigest::kSize;
   bool hold_items_ = true;

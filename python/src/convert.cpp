@@ -340,7 +340,9 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   keep_ = nb::steal(fast);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
-  owned_.resize(static_cast<std::size_t>(n));
+  // Into this thread's reusable buffer (a long prompt's digests are 1 MiB: a new one per call
+  // would fault its pages in again every time).
+  BlockDigest* const digests = take_scratch(static_cast<std::size_t>(n));
   items_.assign(hold_items_ ? static_cast<std::size_t>(n) : 0, nullptr);
   bool all_bytes = hold_items_;
   const auto k = static_cast<Py_ssize_t>(width_);
@@ -371,12 +373,15 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       __builtin_prefetch(ahead + offsetof(PyBytesObject, ob_sval));
     }
     PyObject* item = items[i];
-    auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
+    auto* out = digests[i].bytes.data();
     Py_ssize_t len = -1;
     if (PyBytes_Check(item)) {
       len = PyBytes_GET_SIZE(item);
-      if (len == k) {
+      if (len == static_cast<Py_ssize_t>(BlockDigest::kSize) && k == len) {
+        std::memcpy(out, PyBytes_AS_STRING(item), BlockDigest::kSize);  // a fixed-size copy
+      } else if (len == k) {
         std::memcpy(out, PyBytes_AS_STRING(item), k);
+        std::memset(out + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
       }
       if (hold_items_) {
         Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
@@ -392,6 +397,7 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       len = b.view().len;
       if (len == k) {
         std::memcpy(out, b.view().buf, k);
+        std::memset(out + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
       }
     }
     if (len != k) {
@@ -406,24 +412,18 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
     items_.clear();
   }
   unwind.armed = false;
-  data_ = owned_.data();
-  size_ = owned_.size();
+  data_ = digests;
+  size_ = static_cast<std::size_t>(n);
 }
 
-void Digests::lazy_sequence(nb::handle obj, const char* name) {
-  keep_ = nb::borrow(obj);  // the list itself: its entries are read (and checked) under the GIL
-  lazy_ = true;
-  name_ = name;
-  size_ = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(obj.ptr()));
-  if (size_ == 0) {
-    return;
+BlockDigest* Digests::take_scratch(std::size_t n) {
+  if (n == 0) {
+    return nullptr;
   }
-  fetched_.assign((size_ + 63) / 64, 0);
-  // Uninitialised on purpose: only the entries a lookup probes are ever written or read. A
-  // long prompt's scratch is 1 MiB: reuse one per thread, so its pages are not faulted in
-  // again on every call (a nested lookup from a store's Python code gets its own buffer).
+  // Uninitialised on purpose: every entry is written before it is read. Reuse one buffer per
+  // thread (a nested call, from a store's Python code, gets its own).
   ThreadScratch& mine = thread_scratch();
-  const std::size_t bytes = size_ * sizeof(BlockDigest);
+  const std::size_t bytes = n * sizeof(BlockDigest);
   if (!mine.busy) {
     scratch_ = static_cast<BlockDigest*>(reserve(mine.buffer, mine.capacity, bytes));
     mine.busy = true;
@@ -436,7 +436,20 @@ void Digests::lazy_sequence(nb::handle obj, const char* name) {
     own_scratch_.reset(static_cast<BlockDigest*>(raw));
     scratch_ = own_scratch_.get();
   }
-  data_ = scratch_;
+  return scratch_;
+}
+
+void Digests::lazy_sequence(nb::handle obj, const char* name) {
+  keep_ = nb::borrow(obj);  // the list itself: its entries are read (and checked) under the GIL
+  lazy_ = true;
+  name_ = name;
+  size_ = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(obj.ptr()));
+  if (size_ == 0) {
+    return;
+  }
+  fetched_.assign((size_ + 63) / 64, 0);
+  // Only the entries a lookup probes are ever written or read.
+  data_ = take_scratch(size_);
 }
 
 void Digests::keep_items() {
