@@ -144,6 +144,25 @@ def main() -> int:
     ref_find = lambda: reference.find_longest_cache_hit(hashes, max_length, ref_pool)  # noqa: E731
     row("find_longest_cache_hit, pool over a Python set", ref_find,
         lambda: coord.find_longest_cache_hit(hashes, max_length, pool))
+    # The part no drop-in can skip with this store: the Python set's own probes. The pairs the
+    # reference asks, probed in a loop as the reference does ((group, hash) tuples, `in`).
+    asked: list[tuple[int, bytes]] = []
+
+    class Recording(set):  # type: ignore[type-arg]
+        def __contains__(self, pair: object) -> bool:
+            asked.append(pair)  # type: ignore[arg-type]
+            return set.__contains__(self, pair)
+
+    reference.find_longest_cache_hit(hashes, max_length,
+                                     ref.ExternalCachedBlockPool(H, Recording(exists)))
+
+    def set_probes_alone() -> None:
+        for g, h in asked:
+            (g, h) in exists  # noqa: B015
+
+    row("bound: the reference's set probes alone", ref_find, set_probes_alone,
+        f"its {len(asked)} `(group, hash) in set` probes in a Python loop; "
+        "ratio = the reference's time over them")
     row("find_longest_cache_hit, KeySet store", ref_find,
         lambda: coord.find_longest_cache_hit(hashes, max_length, key_set))
     row("find_longest_cache_hit_length, KeySet store", ref_find,
@@ -193,6 +212,8 @@ def main() -> int:
 def worker_rows(rows: list, coord: Any, reference: Any, hashes: list[bytes],
                 repeats: int) -> None:
     """The whole worker-side lookup against an in-memory batch_is_exist (see the docstring)."""
+    from prefixhit import store as pstore
+
     layout = coord.store_layout("DeepSeek-V4-Flash")
     prefixes = ref_worker.key_prefixes("DeepSeek-V4-Flash", layout.namespaces)
     # What vLLM's save of the whole prompt writes: store_mask's chunks, one key per namespace.
@@ -226,6 +247,13 @@ def worker_rows(rows: list, coord: Any, reference: Any, hashes: list[bytes],
             lambda r=request: coord.worker_lookup(batch_is_exist, layout, TOKENS, r,
                                                   multi_round=False),
             f"one call of {one['keys_asked']} keys, as vLLM asks")
+        # What one round cannot avoid: the round's keys as new str objects (built in C++) and
+        # the caller's batch_is_exist over them.
+        one_round = pstore.RemoteLookup.worker(coord.core, layout, request, [0, len(request)],
+                                               [TOKENS])
+        add_row(rows, repeats, f"bound: one round's keys and batch_is_exist, {label}", ref_fn,
+            lambda lookup=one_round: batch_is_exist(lookup.pending_keys),
+            "new key strings + the in-memory batch_is_exist alone")
 
 
 def add_row(rows: list, repeats: int, name: str, ref_fn: Callable[[], Any],

@@ -2,6 +2,8 @@
 // driven from Python by prefixhit.store with any object that has batch_is_exist.
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +42,32 @@ nb::tuple namespace_tuple(const RankNamespace& ns) {
 BlockDigest one_digest(nb::handle obj) {
   const Digests d(nb::make_tuple(obj), "digest", DigestShape::sequence);
   return d.data()[0];
+}
+
+/// A str from a key: ASCII keys (digests in hex, rank fields, and in practice the model name)
+/// are copied straight into a new compact str, skipping the UTF-8 decoder; any other key is
+/// decoded as UTF-8. A new reference, or null with a Python error set.
+PyObject* ascii_str(const std::string& key) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(key.data());
+  const std::size_t n = key.size();
+  std::uint64_t high = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes + i, 8);
+    high |= word;
+  }
+  for (; i < n; ++i) {
+    high |= bytes[i];
+  }
+  if ((high & 0x8080808080808080ULL) != 0) {
+    return PyUnicode_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(n));
+  }
+  PyObject* str = PyUnicode_New(static_cast<Py_ssize_t>(n), 127);
+  if (str != nullptr && n != 0) {
+    std::memcpy(PyUnicode_1BYTE_DATA(str), bytes, n);
+  }
+  return str;
 }
 
 struct PyRemoteLookup {
@@ -239,8 +267,7 @@ void bind_store(nb::module_& m) {
               throw nb::python_error();
             }
             for (std::size_t i = 0; i < keys.size(); ++i) {
-              PyObject* str = PyUnicode_FromStringAndSize(keys[i].data(),
-                                                          static_cast<Py_ssize_t>(keys[i].size()));
+              PyObject* str = ascii_str(keys[i]);
               if (str == nullptr) {
                 Py_DECREF(list);
                 throw nb::python_error();

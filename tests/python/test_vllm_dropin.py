@@ -368,3 +368,29 @@ def test_a_python_set_store_sees_each_probe_as_its_own_pair() -> None:
     got = coord.find_longest_cache_hit(hashes, 639, store)
     assert (list(got[0]), got[1]) == (list(want[0]), want[1])
     assert kept_by_eq and all(obj == value for obj, value in kept_by_eq)
+
+
+@pytest.mark.parametrize("model_name", ["model", "modèle-ü", "模型"])
+def test_worker_lookup_key_strings(model_name: str) -> None:
+    """The keys batch_is_exist receives are vLLM's strings, ASCII or not (the binding copies
+    ASCII keys straight into str objects and decodes any other key as UTF-8)."""
+    store_module = pytest.importorskip("prefixhit.store")
+    specs = [FA(64), SWA(16, 32)]
+    coord = MooncakeStoreCoordinator(groups(*specs), 64, 16)
+    layout = coord.store_layout(model_name, cache_prefix="pré" if model_name != "model" else "")
+    hashes = hash_chain(8)
+    head = f"pré@{model_name}" if model_name != "model" else model_name
+    expected = {f"{head}@tp_rank:0@pcp0@dcp0@pp_rank:0@group:{gid}@{h.hex()}"
+                for gid, spec in enumerate(specs)
+                for h in coord.block_hashes_for_spec(hashes, spec)}
+    asked: list[str] = []
+
+    def batch_is_exist(keys: list[str]) -> list[int]:
+        asked.extend(keys)
+        return [1 if k in expected else 0 for k in keys]
+
+    hit = store_module.worker_lookup(batch_is_exist, coord.core, layout, 128, hashes,
+                                     multi_round=False)
+    assert hit == 64  # the whole prompt: the last token is recomputed, one scheduler block less
+    assert asked and set(asked) <= expected
+    assert all(type(k) is str for k in asked)
