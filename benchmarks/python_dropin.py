@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import mooncake_reference as ref  # noqa: E402
 import mooncake_worker_reference as ref_worker  # noqa: E402
-from vllm_shapes import SWA, FA, groups  # noqa: E402
+from vllm_shapes import FA, SWA, groups  # noqa: E402
 
 import prefixhit  # noqa: E402
 from prefixhit import vllm as dropin  # noqa: E402
