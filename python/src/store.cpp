@@ -29,9 +29,9 @@ RankNamespace namespace_from(nb::handle obj, const std::string& where) {
   if (!nb::isinstance<nb::sequence>(obj) || nb::len(obj) != 4) {
     throw InvalidArgument(where + " must be a (tp_rank, pcp_rank, dcp_rank, pp_rank) tuple");
   }
-  const std::string n = where;
-  return RankNamespace{to_int(obj[0], (n + "[0]").c_str()), to_int(obj[1], (n + "[1]").c_str()),
-                       to_int(obj[2], (n + "[2]").c_str()), to_int(obj[3], (n + "[3]").c_str())};
+  return RankNamespace{
+      to_int(obj[0], (where + "[0]").c_str()), to_int(obj[1], (where + "[1]").c_str()),
+      to_int(obj[2], (where + "[2]").c_str()), to_int(obj[3], (where + "[3]").c_str())};
 }
 
 nb::tuple namespace_tuple(const RankNamespace& ns) {
@@ -212,7 +212,7 @@ void bind_store(nb::module_& m) {
       "pass the answers to `answer()` until `done` (prefixhit.store drives it).")
       .def_static(
           "batch",
-          [](nb::object coordinator, const StoreLayout& layout, nb::handle digests,
+          [](const nb::object& coordinator, const StoreLayout& layout, nb::handle digests,
              nb::handle offsets, nb::handle max_lengths, nb::handle apply_eagle, bool multi_round,
              int max_rounds) {
             const PyCoordinator& c = nb::cast<const PyCoordinator&>(coordinator);
@@ -240,7 +240,7 @@ void bind_store(nb::module_& m) {
           "Batch mode: find_longest_cache_hits semantics against the store.")
       .def_static(
           "worker",
-          [](nb::object coordinator, const StoreLayout& layout, nb::handle digests,
+          [](const nb::object& coordinator, const StoreLayout& layout, nb::handle digests,
              nb::handle offsets, nb::handle num_tokens, bool multi_round, int max_rounds) {
             const PyCoordinator& c = nb::cast<const PyCoordinator&>(coordinator);
             // Copied only: no Python code runs while RemoteLookup reads them.
