@@ -9,8 +9,18 @@ group (53,760 keys); max_length 131071. The reference is benchmarks/reference/mo
 tests/python/test_reference.py). Both sides get vLLM-shaped inputs: the drop-in takes
 KVCacheGroupSpec-like objects and an ExternalCachedBlockPool over the same Python set.
 
-Every answer is checked equal to the reference's before timing. Times are microseconds per call
-(median of --repeats runs of a timed loop). Run:
+The worker-side lookup rows run vLLM's whole Mooncake store worker lookup against an in-memory
+batch_is_exist (a Python set of store key strings): the reference is
+benchmarks/reference/mooncake_worker_reference.py (vLLM's flow over the reference coordinator),
+prefixhit's is MooncakeStoreCoordinator.worker_lookup (default: a few exact rounds) and the same
+with multi_round=False (one round of every candidate key, as vLLM asks). The store holds what
+vLLM's save of the whole prompt writes; the request is the whole prompt, or a prompt that shares
+its first half and then diverges.
+
+Every answer is checked equal to the reference's before timing. Each row times the reference and
+prefixhit back to back, --repeats times, so both sides of a ratio see the same machine load;
+times are microseconds per call (median of the repeats), the ratio is the median of the
+per-repeat ratios. Run:
 
     python benchmarks/python_dropin.py [--semantics vllm-0.33|pr49069] [--repeats 7] [--markdown]
 """
@@ -32,7 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "reference"))
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import mooncake_reference as ref  # noqa: E402
-from vllm_shapes import SWA, FA, groups  # noqa: E402
+import mooncake_worker_reference as ref_worker  # noqa: E402
+from vllm_shapes import FA, SWA, groups  # noqa: E402
 
 import prefixhit  # noqa: E402
 from prefixhit import vllm as dropin  # noqa: E402
@@ -47,22 +58,35 @@ DICTS = [
 ]
 
 
-def per_call_us(fn: Callable[[], Any], repeats: int, min_time: float = 0.05) -> float:
+def loop_count(fn: Callable[[], Any], min_time: float = 0.05) -> int:
+    """Calls per timed loop, so that one loop lasts about min_time."""
     n = 1
-    while True:  # calibrate the loop to about min_time
+    while True:
         t = time.perf_counter()
         for _ in range(n):
             fn()
         if time.perf_counter() - t >= min_time or n >= 1 << 20:
-            break
+            return n
         n *= 2
-    runs = []
+
+
+def timed_loop(fn: Callable[[], Any], n: int) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def interleaved(ref_fn: Callable[[], Any], ours: Callable[[], Any],
+                repeats: int) -> tuple[float, float, float]:
+    """(reference µs, ours µs, ratio): each repeat times both back to back; medians."""
+    n_ref, n_ours = loop_count(ref_fn), loop_count(ours)
+    refs, mine = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        runs.append((time.perf_counter() - t) / n * 1e6)
-    return statistics.median(runs)
+        refs.append(timed_loop(ref_fn, n_ref))
+        mine.append(timed_loop(ours, n_ours))
+    ratio = statistics.median(r / o for r, o in zip(refs, mine))
+    return statistics.median(refs), statistics.median(mine), ratio
 
 
 def main() -> int:
@@ -71,6 +95,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
 
     prev = hashlib.sha256(b"dsv4").digest()
     hashes: list[bytes] = []
@@ -111,16 +136,33 @@ def main() -> int:
     def expand(masks: Any) -> list[Any]:
         return [None if m is None else list(m) for m in masks]
 
-    rows: list[tuple[str, float, float, str]] = []
+    rows: list[tuple[str, float, float, float, str]] = []
 
     def row(name: str, ref_fn: Callable[[], Any], ours: Callable[[], Any], note: str = "") -> None:
-        r = per_call_us(ref_fn, args.repeats)
-        o = per_call_us(ours, args.repeats)
-        rows.append((name, r, o, note))
+        add_row(rows, args.repeats, name, ref_fn, ours, note)
 
     ref_find = lambda: reference.find_longest_cache_hit(hashes, max_length, ref_pool)  # noqa: E731
     row("find_longest_cache_hit, pool over a Python set", ref_find,
         lambda: coord.find_longest_cache_hit(hashes, max_length, pool))
+    # The part no drop-in can skip with this store: the Python set's own probes. The pairs the
+    # reference asks, probed in a loop as the reference does ((group, hash) tuples, `in`).
+    asked: list[tuple[int, bytes]] = []
+
+    class Recording(set):  # type: ignore[type-arg]
+        def __contains__(self, pair: object) -> bool:
+            asked.append(pair)  # type: ignore[arg-type]
+            return set.__contains__(self, pair)
+
+    reference.find_longest_cache_hit(hashes, max_length,
+                                     ref.ExternalCachedBlockPool(H, Recording(exists)))
+
+    def set_probes_alone() -> None:
+        for g, h in asked:
+            (g, h) in exists  # noqa: B015
+
+    row("bound: the reference's set probes alone", ref_find, set_probes_alone,
+        f"its {len(asked)} `(group, hash) in set` probes in a Python loop; "
+        "ratio = the reference's time over them")
     row("find_longest_cache_hit, KeySet store", ref_find,
         lambda: coord.find_longest_cache_hit(hashes, max_length, key_set))
     row("find_longest_cache_hit_length, KeySet store", ref_find,
@@ -147,20 +189,76 @@ def main() -> int:
     row("load_mask(hashes, 131072)", lambda: reference.load_mask(hashes, TOKENS),
         lambda: coord.load_mask(hashes, TOKENS))
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    worker_rows(rows, coord, reference, hashes, args.repeats)
+
+    load_end = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     header = (f"semantics {args.semantics}; Python {platform.python_version()}; "
-              f"{os.cpu_count()} CPUs; load average {load:.1f}; median of {args.repeats}")
+              f"{os.cpu_count()} CPUs; load average (1/5/15 min) at the start "
+              f"{' '.join(f'{x:.1f}' for x in load_start)}, at the end "
+              f"{' '.join(f'{x:.1f}' for x in load_end)}; median of {args.repeats}")
     if args.markdown:
         print(header + "\n")
         print("| call | reference (µs) | prefixhit.vllm (µs) | ratio | note |")
         print("|---|---:|---:|---:|---|")
-        for name, r, o, note in rows:
-            print(f"| {name} | {r:.1f} | {o:.2f} | {r / o:.0f}x | {note} |")
+        for name, r, o, ratio, note in rows:
+            print(f"| {name} | {r:.1f} | {o:.2f} | {ratio:.0f}x | {note} |")
     else:
         print(header)
-        for name, r, o, note in rows:
-            print(f"{name:52s} ref {r:9.1f} us  ours {o:8.2f} us  {r / o:7.0f}x  {note}")
+        for name, r, o, ratio, note in rows:
+            print(f"{name:52s} ref {r:9.1f} us  ours {o:8.2f} us  {ratio:7.0f}x  {note}")
     return 0
+
+
+def worker_rows(rows: list, coord: Any, reference: Any, hashes: list[bytes],
+                repeats: int) -> None:
+    """The whole worker-side lookup against an in-memory batch_is_exist (see the docstring)."""
+    from prefixhit import store as pstore
+
+    layout = coord.store_layout("DeepSeek-V4-Flash")
+    prefixes = ref_worker.key_prefixes("DeepSeek-V4-Flash", layout.namespaces)
+    # What vLLM's save of the whole prompt writes: store_mask's chunks, one key per namespace.
+    saved: set[str] = set()
+    masks = reference.store_mask(TOKENS, num_prompt_tokens=TOKENS)
+    for gid, g in enumerate(DICTS):
+        for j, key in enumerate(reference.block_hashes_for_spec(hashes, g)):
+            if masks[gid] is None or masks[gid][j]:
+                saved.update(f"{p}@{key.hex()}" for p in prefixes[gid])
+    assert {k for g in range(len(DICTS)) for k in layout.keys(g, hashes[-1])} <= saved
+
+    def batch_is_exist(keys: list[str]) -> list[int]:
+        return [1 if k in saved else 0 for k in keys]
+
+    half = len(hashes) // 2
+    diverged = hashes[:half] + [hashlib.sha256(h + b"x").digest() for h in hashes[half:]]
+    for label, request in (("whole prompt stored", hashes), ("first half stored", diverged)):
+        want = ref_worker.worker_lookup(reference, prefixes, batch_is_exist, TOKENS, request)
+        stats: dict = {}
+        one: dict = {}
+        assert coord.worker_lookup(batch_is_exist, layout, TOKENS, request, stats=stats) == want
+        assert coord.worker_lookup(batch_is_exist, layout, TOKENS, request, multi_round=False,
+                                   stats=one) == want
+        ref_fn = lambda r=request: ref_worker.worker_lookup(  # noqa: E731
+            reference, prefixes, batch_is_exist, TOKENS, r)
+        add_row(rows, repeats, f"worker lookup, {label}", ref_fn,
+            lambda r=request: coord.worker_lookup(batch_is_exist, layout, TOKENS, r),
+            f"default (multi-round): {stats['keys_asked']} keys in {stats['rounds']} calls; "
+            f"hit {want}")
+        add_row(rows, repeats, f"worker lookup, {label}, multi_round=False", ref_fn,
+            lambda r=request: coord.worker_lookup(batch_is_exist, layout, TOKENS, r,
+                                                  multi_round=False),
+            f"one call of {one['keys_asked']} keys, as vLLM asks")
+        # What one round cannot avoid: the round's keys as new str objects (built in C++) and
+        # the caller's batch_is_exist over them.
+        one_round = pstore.RemoteLookup.worker(coord.core, layout, request, [0, len(request)],
+                                               [TOKENS])
+        add_row(rows, repeats, f"bound: one round's keys and batch_is_exist, {label}", ref_fn,
+            lambda lookup=one_round: batch_is_exist(lookup.pending_keys),
+            "new key strings + the in-memory batch_is_exist alone")
+
+
+def add_row(rows: list, repeats: int, name: str, ref_fn: Callable[[], Any],
+        ours: Callable[[], Any], note: str = "") -> None:
+    rows.append((name, *interleaved(ref_fn, ours, repeats), note))
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ class MooncakeStoreCoordinator:
 
     def _finder(self, spec, ids, hashes, max_length, pool, drop):
         kind = spec["kind"]
-        A, B, H = self.lcm_block_size, spec["block_size"], self.hash_block_size
+        A, B = self.lcm_block_size, spec["block_size"]
         keys = self.block_hashes_for_spec(hashes, spec)
         null = pool.null_block
         if kind in FULL_KINDS:

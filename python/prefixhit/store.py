@@ -13,9 +13,12 @@ A whole batch of requests becomes one deduplicated list of keys per round::
 
 ``worker_lookup`` is vLLM's Mooncake store worker lookup as one call: align_lookup_length,
 candidate keys for every rank namespace of every group, the all-namespaces rule, and the second
-lookup below ``num_tokens`` when the first covers the whole prompt. ``multi_round=True`` asks
-full attention's keys first and then only the keys the lookup reads (same answer, far fewer keys,
-2-3 calls instead of one).
+lookup below ``num_tokens`` when the first covers the whole prompt. By default it asks in a few
+exact rounds (``multi_round=True``): full attention's keys first, then only the keys the lookup
+reads (same answer, about 5% of the keys, 2-3 ``batch_is_exist`` calls). ``multi_round=False``
+asks every candidate key in one call, as vLLM does: worth it only where a round trip costs more
+than the keys (short prompts against a distant store). ``remote_lookup`` (the batch API) asks in
+one round unless told otherwise.
 """
 
 from __future__ import annotations
@@ -78,12 +81,13 @@ def worker_lookups(
     layout: StoreLayout,
     requests: Sequence[tuple[int, Any]],
     *,
-    multi_round: bool = False,
+    multi_round: bool = True,
     max_rounds: int = 6,
     stats: dict | None = None,
 ) -> list[int]:
     """vLLM's worker-side lookup for many requests, ``(num_tokens, block_hashes)`` each, with
-    one ``batch_is_exist`` per round for the whole batch. Returns the hit lengths."""
+    one ``batch_is_exist`` per round for the whole batch. Returns the hit lengths.
+    ``multi_round``: see the module docstring (default True: a few exact rounds)."""
     offsets = [0]
     digests: list[Any] = []
     num_tokens = []
@@ -108,7 +112,7 @@ def worker_lookup(
     num_tokens: int,
     block_hashes: Any,
     *,
-    multi_round: bool = False,
+    multi_round: bool = True,
     max_rounds: int = 6,
     stats: dict | None = None,
 ) -> int:
@@ -116,7 +120,9 @@ def worker_lookup(
     holds, as ``MooncakeStoreWorker.lookup(num_tokens, block_hashes)`` returns it.
 
     ``block_hashes``: a list of 32-byte ``bytes`` (or BlockHash), a uint8 [n, 32] array or
-    n*32 flat bytes. ``store``: see :func:`exist_function`."""
+    n*32 flat bytes. ``store``: see :func:`exist_function`. ``multi_round`` (default True):
+    full attention's keys first, then only the keys the lookup reads, in a few exact rounds
+    (the same answer as one round of every candidate key; see the module docstring)."""
     lookup = RemoteLookup.worker(
         coordinator, layout, block_hashes, [0, _num_digests(block_hashes)], [num_tokens],
         multi_round=multi_round, max_rounds=max_rounds,

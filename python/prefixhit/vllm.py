@@ -356,7 +356,8 @@ class MooncakeStoreCoordinator:
                     f"kv_cache_groups[{i}] has no kv_cache_spec (expected a KVCacheGroupSpec)"
                 )
             specs.append(spec)
-            groups.append(group_dict_from_vllm(spec, eagle=bool(getattr(g, "is_eagle_group", False))))
+            eagle = bool(getattr(g, "is_eagle_group", False))
+            groups.append(group_dict_from_vllm(spec, eagle=eagle))
         config: dict[str, Any] = {
             "groups": groups,
             "scheduler_block_size": scheduler_block_size,
@@ -451,7 +452,9 @@ class MooncakeStoreCoordinator:
             from . import partial_hits_rule  # type: ignore[attr-defined]
 
             dicts = [
-                group_dict_from_vllm(g.kv_cache_spec, eagle=bool(getattr(g, "is_eagle_group", False)))
+                group_dict_from_vllm(
+                    g.kv_cache_spec, eagle=bool(getattr(g, "is_eagle_group", False))
+                )
                 for g in groups
             ]
             kwargs["enable_partial_hash_hits"] = bool(
@@ -518,7 +521,9 @@ class MooncakeStoreCoordinator:
         self, aligned_token_len: int, start_token: int = 0, num_prompt_tokens: int | None = None
     ) -> tuple[Any, ...]:
         try:
-            return self._core.store_mask(aligned_token_len, start_token, num_prompt_tokens, lazy=True)
+            return self._core.store_mask(
+                aligned_token_len, start_token, num_prompt_tokens, lazy=True
+            )
         except errors.PrefixhitError as exc:
             raise _translate(exc) from None
 
@@ -549,10 +554,11 @@ class MooncakeStoreCoordinator:
     ) -> int:
         """vLLM's Mooncake store worker lookup (``MooncakeStoreWorker.lookup(num_tokens,
         block_hashes)``) as one call: align_lookup_length, the candidate keys of every rank
-        namespace of every group in the store key format, one ``batch_is_exist`` round (or a
-        few, ``multi_round=True``), the all-namespaces rule and the second lookup below
-        ``num_tokens``. ``store``: a ``MooncakeDistributedStore`` or anything with
-        ``batch_is_exist(keys)`` (or such a callable); ``layout``: see :meth:`store_layout`.
+        namespace of every group in the store key format, asked in a few exact rounds (the
+        default; ``multi_round=False``: one ``batch_is_exist`` call with every candidate key, as
+        vLLM does), the all-namespaces rule and the second lookup below ``num_tokens``.
+        ``store``: a ``MooncakeDistributedStore`` or anything with ``batch_is_exist(keys)`` (or
+        such a callable); ``layout``: see :meth:`store_layout`.
 
         Delegates to :func:`prefixhit.store.worker_lookup` (C++), which this wrapper does not
         re-implement."""
@@ -581,5 +587,8 @@ class MooncakeStoreCoordinator:
         return self._core
 
     def __repr__(self) -> str:
-        return f"prefixhit.vllm.MooncakeStoreCoordinator({self._core!r}, semantics={self.semantics!r})"
+        return (
+            f"prefixhit.vllm.MooncakeStoreCoordinator({self._core!r}, "
+            f"semantics={self.semantics!r})"
+        )
 

@@ -73,8 +73,11 @@ class Digests {
  public:
   /// `width`: the digest size in bytes (8, 16 or 32); items must be exactly that long, arrays
   /// [n, width]; narrower digests are zero-padded into BlockDigest's 32-byte form.
+  /// `hold_items = false` (eager mode): copy the digests only, keeping no references to the
+  /// items (item() is then unavailable): for callers that run no Python code while they use
+  /// the digests, which then skip a pass over every item.
   Digests(nb::handle obj, const char* name, DigestShape shape,
-          std::size_t width = BlockDigest::kSize, bool lazy = false);
+          std::size_t width = BlockDigest::kSize, bool lazy = false, bool hold_items = true);
   ~Digests();
   Digests(const Digests&) = delete;
   Digests& operator=(const Digests&) = delete;
@@ -91,6 +94,10 @@ class Digests {
   PyObject* item(std::size_t i) const noexcept {
     return lazy_items_ != nullptr ? lazy_items_[i] : items_[i];
   }
+  /// Lazy mode: the caller's own item i when it is a `bytes` object of the digest width, read
+  /// without converting or holding it (borrowed: valid until Python code next runs); else null
+  /// (an index past the end, another type or length: fetch() converts it or reports it).
+  PyObject* raw_bytes_item(std::size_t i) const noexcept;
   /// Lazy mode: also remember each fetched item's object, for item() (a Python-set store
   /// probes with the caller's own `bytes`, whose hash is cached).
   void keep_items();
@@ -111,8 +118,12 @@ class Digests {
   void from_buffer(const char* name, DigestShape shape);
   void from_sequence(nb::handle obj, const char* name);
   void lazy_sequence(nb::handle obj, const char* name);
+  /// An uninitialised array of n digests: this thread's reusable buffer when free, else a new
+  /// one; becomes scratch_.
+  BlockDigest* take_scratch(std::size_t n);
 
   std::size_t width_ = BlockDigest::kSize;
+  bool hold_items_ = true;
 
   Buffer buffer_;
   nb::object keep_;
@@ -229,7 +240,11 @@ class PyContainsSource final : public ExistenceSource {
   PyObject* container_;
   bool is_set_;
   const Digests& digests_;
+  /// The (group_id, key) tuple a probe asks about, reused while only this source holds it.
+  PyObject* pair(int group_id, PyObject* key) const;
+
   mutable PyObject* group_ids_[kMaxGroups] = {};
+  mutable PyObject* pair_ = nullptr;
   mutable bool failed_ = false;
 };
 

@@ -242,8 +242,9 @@ ThreadScratch& thread_scratch() {
 // ---- (digest conversion)
 // --------------------------------------------------------------------------------
 
-Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width, bool lazy)
-    : width_(width) {
+Digests::Digests(nb::handle obj, const char* name, DigestShape shape, std::size_t width, bool lazy,
+                 bool hold_items)
+    : width_(width), hold_items_(hold_items) {
   check_digest_size(width, name);
   PyObject* o = obj.ptr();
   if (PyList_Check(o) || PyTuple_Check(o)) {
@@ -339,9 +340,11 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
   keep_ = nb::steal(fast);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
-  owned_.resize(static_cast<std::size_t>(n));
-  items_.assign(static_cast<std::size_t>(n), nullptr);
-  bool all_bytes = true;
+  // Into this thread's reusable buffer (a long prompt's digests are 1 MiB: a new one per call
+  // would fault its pages in again every time).
+  BlockDigest* const digests = take_scratch(static_cast<std::size_t>(n));
+  items_.assign(hold_items_ ? static_cast<std::size_t>(n) : 0, nullptr);
+  bool all_bytes = hold_items_;
   const auto k = static_cast<Py_ssize_t>(width_);
   // A throwing constructor runs no destructor: drop the references taken so far ourselves.
   struct Unwind {
@@ -356,17 +359,34 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       }
     }
   } unwind{items_};
+  // The items of a long list are scattered objects: each is a cache miss, so start the loads
+  // of the items a few iterations ahead.
+  constexpr Py_ssize_t kAhead = 8;
+  for (Py_ssize_t i = 0; i < std::min(n, kAhead); ++i) {
+    __builtin_prefetch(items[i]);
+    __builtin_prefetch(reinterpret_cast<const char*>(items[i]) + offsetof(PyBytesObject, ob_sval));
+  }
   for (Py_ssize_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char* ahead = reinterpret_cast<const char*>(items[i + kAhead]);
+      __builtin_prefetch(ahead);
+      __builtin_prefetch(ahead + offsetof(PyBytesObject, ob_sval));
+    }
     PyObject* item = items[i];
-    auto* out = owned_[static_cast<std::size_t>(i)].bytes.data();
+    auto* out = digests[i].bytes.data();
     Py_ssize_t len = -1;
     if (PyBytes_Check(item)) {
       len = PyBytes_GET_SIZE(item);
-      if (len == k) {
+      if (len == static_cast<Py_ssize_t>(BlockDigest::kSize) && k == len) {
+        std::memcpy(out, PyBytes_AS_STRING(item), BlockDigest::kSize);  // a fixed-size copy
+      } else if (len == k) {
         std::memcpy(out, PyBytes_AS_STRING(item), k);
+        std::memset(out + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
       }
-      Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
-      items_[static_cast<std::size_t>(i)] = item;
+      if (hold_items_) {
+        Py_INCREF(item);  // owned: a store's Python code may drop the caller's list entries
+        items_[static_cast<std::size_t>(i)] = item;
+      }
     } else {
       all_bytes = false;
       Buffer b;
@@ -377,6 +397,7 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
       len = b.view().len;
       if (len == k) {
         std::memcpy(out, b.view().buf, k);
+        std::memset(out + k, 0, BlockDigest::kSize - static_cast<std::size_t>(k));
       }
     }
     if (len != k) {
@@ -391,24 +412,18 @@ void Digests::from_sequence(nb::handle obj, const char* name) {
     items_.clear();
   }
   unwind.armed = false;
-  data_ = owned_.data();
-  size_ = owned_.size();
+  data_ = digests;
+  size_ = static_cast<std::size_t>(n);
 }
 
-void Digests::lazy_sequence(nb::handle obj, const char* name) {
-  keep_ = nb::borrow(obj);  // the list itself: its entries are read (and checked) under the GIL
-  lazy_ = true;
-  name_ = name;
-  size_ = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(obj.ptr()));
-  if (size_ == 0) {
-    return;
+BlockDigest* Digests::take_scratch(std::size_t n) {
+  if (n == 0) {
+    return nullptr;
   }
-  fetched_.assign((size_ + 63) / 64, 0);
-  // Uninitialised on purpose: only the entries a lookup probes are ever written or read. A
-  // long prompt's scratch is 1 MiB: reuse one per thread, so its pages are not faulted in
-  // again on every call (a nested lookup from a store's Python code gets its own buffer).
+  // Uninitialised on purpose: every entry is written before it is read. Reuse one buffer per
+  // thread (a nested call, from a store's Python code, gets its own).
   ThreadScratch& mine = thread_scratch();
-  const std::size_t bytes = size_ * sizeof(BlockDigest);
+  const std::size_t bytes = n * sizeof(BlockDigest);
   if (!mine.busy) {
     scratch_ = static_cast<BlockDigest*>(reserve(mine.buffer, mine.capacity, bytes));
     mine.busy = true;
@@ -421,7 +436,20 @@ void Digests::lazy_sequence(nb::handle obj, const char* name) {
     own_scratch_.reset(static_cast<BlockDigest*>(raw));
     scratch_ = own_scratch_.get();
   }
-  data_ = scratch_;
+  return scratch_;
+}
+
+void Digests::lazy_sequence(nb::handle obj, const char* name) {
+  keep_ = nb::borrow(obj);  // the list itself: its entries are read (and checked) under the GIL
+  lazy_ = true;
+  name_ = name;
+  size_ = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(obj.ptr()));
+  if (size_ == 0) {
+    return;
+  }
+  fetched_.assign((size_ + 63) / 64, 0);
+  // Only the entries a lookup probes are ever written or read.
+  data_ = take_scratch(size_);
 }
 
 void Digests::keep_items() {
@@ -509,6 +537,18 @@ bool Digests::gather(std::int64_t first, std::int64_t step, int count, BlockDige
     out[j] = scratch_[i];
   }
   return true;
+}
+
+PyObject* Digests::raw_bytes_item(std::size_t i) const noexcept {
+  PyObject* seq = keep_.ptr();
+  // Re-read the length: a store's Python code may have shrunk the caller's list meanwhile.
+  if (static_cast<Py_ssize_t>(i) >= PySequence_Fast_GET_SIZE(seq)) {
+    return nullptr;
+  }
+  PyObject* item = PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i));
+  return PyBytes_Check(item) && static_cast<std::size_t>(PyBytes_GET_SIZE(item)) == width_
+             ? item
+             : nullptr;
 }
 
 bool Digests::fetch(std::size_t i) const {
@@ -671,10 +711,18 @@ IntArray<T>::IntArray(nb::handle obj, const char* name, bool allow_scalar) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   owned_.resize(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    const std::string item_name = std::string(name) + "[" + std::to_string(i) + "]";
-    owned_[static_cast<std::size_t>(i)] =
-        check(to_int64(PySequence_Fast_GET_ITEM(fast, i), item_name.c_str()),
-              static_cast<std::size_t>(i), true);
+    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
+    // A plain int in range is read directly: the item's name is built only for an error (a
+    // store's answer list has one item per key, tens of thousands).
+    int overflow = 0;
+    const long long plain =
+        PyLong_CheckExact(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : 0;
+    std::int64_t value = plain;
+    if (!PyLong_CheckExact(item) || overflow != 0) {
+      const std::string item_name = std::string(name) + "[" + std::to_string(i) + "]";
+      value = to_int64(item, item_name.c_str());
+    }
+    owned_[static_cast<std::size_t>(i)] = check(value, static_cast<std::size_t>(i), true);
   }
   data_ = owned_.data();
   size_ = owned_.size();
@@ -694,16 +742,43 @@ PyContainsSource::~PyContainsSource() {
   for (PyObject*& id : group_ids_) {
     Py_XDECREF(id);
   }
+  Py_XDECREF(pair_);
+}
+
+PyObject* PyContainsSource::pair(int group_id, PyObject* key) const {
+  PyObject*& id = group_ids_[group_id];
+  if (id == nullptr && (id = PyLong_FromLong(group_id)) == nullptr) {
+    return nullptr;
+  }
+#if PY_VERSION_HEX < 0x030E0000
+  // One tuple for every probe, its items swapped in place: a set probe then allocates nothing
+  // (a new tuple per probe also ran the cyclic GC every few hundred probes). Only while this
+  // source holds the only reference (a container's Python code may keep the pair it was asked
+  // about), and only where tuples do not cache their hash (they do from Python 3.14 on).
+  if (pair_ != nullptr && Py_REFCNT(pair_) == 1) {
+    PyObject* old_id = PyTuple_GET_ITEM(pair_, 0);
+    PyObject* old_key = PyTuple_GET_ITEM(pair_, 1);
+    Py_INCREF(id);
+    Py_INCREF(key);
+    PyTuple_SET_ITEM(pair_, 0, id);
+    PyTuple_SET_ITEM(pair_, 1, key);
+    Py_DECREF(old_id);
+    Py_DECREF(old_key);
+    Py_INCREF(pair_);
+    return pair_;
+  }
+  Py_CLEAR(pair_);
+  pair_ = PyTuple_Pack(2, id, key);
+  Py_XINCREF(pair_);
+  return pair_;
+#else
+  return PyTuple_Pack(2, id, key);
+#endif
 }
 
 std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                                       std::int64_t step, int count) const {
   if (failed_ || group_id < 0 || group_id >= kMaxGroups) {
-    return 0;
-  }
-  PyObject*& id = group_ids_[group_id];
-  if (id == nullptr && (id = PyLong_FromLong(group_id)) == nullptr) {
-    failed_ = true;
     return 0;
   }
   // Index of hashes[first] in the whole digest input (a batch passes a request's sub-range).
@@ -715,25 +790,33 @@ std::uint64_t PyContainsSource::probe(int group_id, const BlockDigest* hashes, s
   for (int k = 0; k < count; ++k) {
     const std::int64_t i = first + k * step;
     const auto index = static_cast<std::size_t>(base + i);
-    if (digests_.is_lazy() && !digests_.fetch(index)) {
-      failed_ = true;  // the Python error stays set; check() raises it
-      return 0;
-    }
-    // The caller's own bytes object (its hash is cached), held by `digests_` for the whole
-    // call: the container's Python code may drop it from the caller's list meanwhile.
-    PyObject* key = digests_.has_items() ? digests_.item(index) : nullptr;
+    // The caller's own bytes object: the container hashes it (its hash is cached by CPython
+    // after the first use) and compares it, as the reference's `(group, hash) in set` does.
+    // A lazy list's bytes item of the right width is used as it is (no conversion; the pair
+    // holds a reference while the container runs); anything else is fetched (converted, or
+    // reported) and then held by `digests_` for the whole call.
+    PyObject* key = digests_.is_lazy() ? digests_.raw_bytes_item(index) : nullptr;
     if (key != nullptr) {
       Py_INCREF(key);
     } else {
-      key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
-                                      static_cast<Py_ssize_t>(digests_.width()));
+      if (digests_.is_lazy() && !digests_.fetch(index)) {
+        failed_ = true;  // the Python error stays set; check() raises it
+        return 0;
+      }
+      key = digests_.has_items() ? digests_.item(index) : nullptr;
+      if (key != nullptr) {
+        Py_INCREF(key);
+      } else {
+        key = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(hashes[i].bytes.data()),
+                                        static_cast<Py_ssize_t>(digests_.width()));
+      }
     }
-    PyObject* pair = key == nullptr ? nullptr : PyTuple_Pack(2, id, key);
+    PyObject* probe_pair = key == nullptr ? nullptr : pair(group_id, key);
     Py_XDECREF(key);
-    const int found = pair == nullptr ? -1
-                      : is_set_       ? PySet_Contains(container_, pair)
-                                      : PySequence_Contains(container_, pair);
-    Py_XDECREF(pair);
+    const int found = probe_pair == nullptr ? -1
+                      : is_set_             ? PySet_Contains(container_, probe_pair)
+                                            : PySequence_Contains(container_, probe_pair);
+    Py_XDECREF(probe_pair);
     if (found < 0) {
       failed_ = true;  // the Python error stays set; check() raises it
       return 0;

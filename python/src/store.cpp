@@ -2,6 +2,8 @@
 // driven from Python by prefixhit.store with any object that has batch_is_exist.
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,9 +29,9 @@ RankNamespace namespace_from(nb::handle obj, const std::string& where) {
   if (!nb::isinstance<nb::sequence>(obj) || nb::len(obj) != 4) {
     throw InvalidArgument(where + " must be a (tp_rank, pcp_rank, dcp_rank, pp_rank) tuple");
   }
-  const std::string n = where;
-  return RankNamespace{to_int(obj[0], (n + "[0]").c_str()), to_int(obj[1], (n + "[1]").c_str()),
-                       to_int(obj[2], (n + "[2]").c_str()), to_int(obj[3], (n + "[3]").c_str())};
+  return RankNamespace{
+      to_int(obj[0], (where + "[0]").c_str()), to_int(obj[1], (where + "[1]").c_str()),
+      to_int(obj[2], (where + "[2]").c_str()), to_int(obj[3], (where + "[3]").c_str())};
 }
 
 nb::tuple namespace_tuple(const RankNamespace& ns) {
@@ -40,6 +42,32 @@ nb::tuple namespace_tuple(const RankNamespace& ns) {
 BlockDigest one_digest(nb::handle obj) {
   const Digests d(nb::make_tuple(obj), "digest", DigestShape::sequence);
   return d.data()[0];
+}
+
+/// A str from a key: ASCII keys (digests in hex, rank fields, and in practice the model name)
+/// are copied straight into a new compact str, skipping the UTF-8 decoder; any other key is
+/// decoded as UTF-8. A new reference, or null with a Python error set.
+PyObject* ascii_str(const std::string& key) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(key.data());
+  const std::size_t n = key.size();
+  std::uint64_t high = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes + i, 8);
+    high |= word;
+  }
+  for (; i < n; ++i) {
+    high |= bytes[i];
+  }
+  if ((high & 0x8080808080808080ULL) != 0) {
+    return PyUnicode_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(n));
+  }
+  PyObject* str = PyUnicode_New(static_cast<Py_ssize_t>(n), 127);
+  if (str != nullptr && n != 0) {
+    std::memcpy(PyUnicode_1BYTE_DATA(str), bytes, n);
+  }
+  return str;
 }
 
 struct PyRemoteLookup {
@@ -184,11 +212,13 @@ void bind_store(nb::module_& m) {
       "pass the answers to `answer()` until `done` (prefixhit.store drives it).")
       .def_static(
           "batch",
-          [](nb::object coordinator, const StoreLayout& layout, nb::handle digests,
+          [](const nb::object& coordinator, const StoreLayout& layout, nb::handle digests,
              nb::handle offsets, nb::handle max_lengths, nb::handle apply_eagle, bool multi_round,
              int max_rounds) {
             const PyCoordinator& c = nb::cast<const PyCoordinator&>(coordinator);
-            const Digests d(digests, "digests", DigestShape::sequence_or_flat);
+            // Copied only: no Python code runs while RemoteLookup reads them.
+            const Digests d(digests, "digests", DigestShape::sequence_or_flat, BlockDigest::kSize,
+                            /*lazy=*/false, /*hold_items=*/false);
             const IntArray<std::int64_t> offs(offsets, "offsets");
             const IntArray<std::int64_t> lengths(max_lengths, "max_lengths");
             std::vector<std::uint8_t> flags;
@@ -210,10 +240,12 @@ void bind_store(nb::module_& m) {
           "Batch mode: find_longest_cache_hits semantics against the store.")
       .def_static(
           "worker",
-          [](nb::object coordinator, const StoreLayout& layout, nb::handle digests,
+          [](const nb::object& coordinator, const StoreLayout& layout, nb::handle digests,
              nb::handle offsets, nb::handle num_tokens, bool multi_round, int max_rounds) {
             const PyCoordinator& c = nb::cast<const PyCoordinator&>(coordinator);
-            const Digests d(digests, "digests", DigestShape::sequence_or_flat);
+            // Copied only: no Python code runs while RemoteLookup reads them.
+            const Digests d(digests, "digests", DigestShape::sequence_or_flat, BlockDigest::kSize,
+                            /*lazy=*/false, /*hold_items=*/false);
             const IntArray<std::int64_t> offs(offsets, "offsets");
             const IntArray<std::int64_t> tokens(num_tokens, "num_tokens");
             PyRemoteLookup out{coordinator, std::nullopt};
@@ -235,8 +267,7 @@ void bind_store(nb::module_& m) {
               throw nb::python_error();
             }
             for (std::size_t i = 0; i < keys.size(); ++i) {
-              PyObject* str = PyUnicode_FromStringAndSize(keys[i].data(),
-                                                          static_cast<Py_ssize_t>(keys[i].size()));
+              PyObject* str = ascii_str(keys[i]);
               if (str == nullptr) {
                 Py_DECREF(list);
                 throw nb::python_error();

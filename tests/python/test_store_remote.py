@@ -224,7 +224,8 @@ def test_remote_lookup_asks_one_call_per_round(seed: int) -> None:
     for p in prompts:
         put_pairs(store, layout, saved_pairs(coord, p), rng)
     stats: dict = {}
-    pstore.worker_lookups(store, coord, layout, [(len(p) * 4, p) for p in prompts], stats=stats)
+    pstore.worker_lookups(store, coord, layout, [(len(p) * 4, p) for p in prompts],
+                          multi_round=False, stats=stats)
     assert store.calls == stats["rounds"] == 1
     # Shared prefixes are asked once for the whole batch.
     assert stats["candidates_asked"] <= stats["candidates_total"]

@@ -311,3 +311,86 @@ def test_worker_lookup_delegates_to_prefixhit_store() -> None:
     hit = coord.worker_lookup(batch_is_exist, layout, 256, hashes)
     assert hit == store_module.worker_lookup(batch_is_exist, coord.core, layout, 256, hashes)
     assert hit == 192  # the whole prompt is stored; the EAGLE drop costs one scheduler block
+    # The default asks in a few exact rounds; one round (vLLM's way) gives the same answer.
+    multi: dict = {}
+    one: dict = {}
+    assert coord.worker_lookup(batch_is_exist, layout, 256, hashes, stats=multi) == hit
+    assert coord.worker_lookup(batch_is_exist, layout, 256, hashes, multi_round=False,
+                               stats=one) == hit
+    assert one["rounds"] == 1 and multi["rounds"] >= 1
+    assert multi["keys_asked"] < one["keys_asked"]
+
+
+def test_a_python_set_store_sees_each_probe_as_its_own_pair() -> None:
+    """The engine probes a Python set with one (group_id, key) tuple that it reuses while nothing
+    else holds it. A store that keeps the pairs it is asked about (a Set's own __contains__, or a
+    stored tuple subclass whose __eq__ is called with the probe) must keep them unchanged."""
+    from collections.abc import Set
+
+    specs = [FA(64), SWA(16, 32), SWA(16, 32)]
+    coord = MooncakeStoreCoordinator(groups(*specs, eagle=(2,)), 64, 16, use_eagle=True)
+    hashes = hash_chain(40)
+    saved = save(coord, hashes, 512)
+    want = coord.find_longest_cache_hit(hashes, 639, saved)
+
+    class Keeping(Set):  # a collections.abc.Set probed through its own __contains__
+        def __init__(self) -> None:
+            self.kept: list[tuple[tuple[int, bytes], tuple[int, bytes]]] = []
+
+        def __contains__(self, pair: object) -> bool:
+            assert isinstance(pair, tuple)
+            self.kept.append((pair, (pair[0], pair[1])))  # the object and a copy of its value
+            return pair in saved
+
+        def __iter__(self):
+            return iter(saved)
+
+        def __len__(self) -> int:
+            return len(saved)
+
+    keeping = Keeping()
+    got = coord.find_longest_cache_hit(hashes, 639, keeping)
+    assert (list(got[0]), got[1]) == (list(want[0]), want[1])
+    assert keeping.kept and all(obj == value for obj, value in keeping.kept)
+    assert len({id(obj) for obj, _ in keeping.kept}) == len(keeping.kept)
+
+    kept_by_eq: list[tuple[object, tuple[int, bytes]]] = []
+
+    class EqKeeping(tuple):  # stored in a plain set: CPython calls its __eq__ with the probe
+        def __eq__(self, other: object) -> bool:
+            if isinstance(other, tuple):
+                kept_by_eq.append((other, (other[0], other[1])))
+            return tuple.__eq__(self, other)
+
+        __hash__ = tuple.__hash__
+
+    store = {EqKeeping(p) for p in saved}
+    got = coord.find_longest_cache_hit(hashes, 639, store)
+    assert (list(got[0]), got[1]) == (list(want[0]), want[1])
+    assert kept_by_eq and all(obj == value for obj, value in kept_by_eq)
+
+
+@pytest.mark.parametrize("model_name", ["model", "modèle-ü", "模型"])
+def test_worker_lookup_key_strings(model_name: str) -> None:
+    """The keys batch_is_exist receives are vLLM's strings, ASCII or not (the binding copies
+    ASCII keys straight into str objects and decodes any other key as UTF-8)."""
+    store_module = pytest.importorskip("prefixhit.store")
+    specs = [FA(64), SWA(16, 32)]
+    coord = MooncakeStoreCoordinator(groups(*specs), 64, 16)
+    layout = coord.store_layout(model_name, cache_prefix="pré" if model_name != "model" else "")
+    hashes = hash_chain(8)
+    head = f"pré@{model_name}" if model_name != "model" else model_name
+    expected = {f"{head}@tp_rank:0@pcp0@dcp0@pp_rank:0@group:{gid}@{h.hex()}"
+                for gid, spec in enumerate(specs)
+                for h in coord.block_hashes_for_spec(hashes, spec)}
+    asked: list[str] = []
+
+    def batch_is_exist(keys: list[str]) -> list[int]:
+        asked.extend(keys)
+        return [1 if k in expected else 0 for k in keys]
+
+    hit = store_module.worker_lookup(batch_is_exist, coord.core, layout, 128, hashes,
+                                     multi_round=False)
+    assert hit == 64  # the whole prompt: the last token is recomputed, one scheduler block less
+    assert asked and set(asked) <= expected
+    assert all(type(k) is str for k in asked)
