@@ -1,0 +1,107 @@
+// The host pass of GPU router scoring (router_gpu.hpp): each key a request's finders may probe,
+// read once from the residency index, becomes a small id of its (tier-folded) worker set.
+#include <algorithm>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "host/router/residency_impl.hpp"
+#include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/errors.hpp"
+#include "prefixhit/router_gpu.hpp"
+
+namespace prefixhit::gpu {
+
+namespace {
+
+using Impl = ResidencyIndex::Impl;
+
+bool fits_width(const BlockDigest& d, std::size_t width) {
+  return std::all_of(d.bytes.begin() + static_cast<std::ptrdiff_t>(width), d.bytes.end(),
+                     [](std::uint8_t b) { return b == 0; });
+}
+
+}  // namespace
+
+WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
+                                      const ResidencyIndex& residency,
+                                      const ScoreOptions& options) {
+  coordinator.validate_batch(batch);
+  if (options.ns > kMaxNamespace) {
+    throw InvalidArgument("score_workers: namespace " + std::to_string(options.ns) + " is above " +
+                          std::to_string(kMaxNamespace));
+  }
+  const detail::LookupPlan& plan = coordinator.plan();
+  const Impl& index = residency.impl();
+  const auto g = static_cast<std::size_t>(plan.num_groups);
+  const auto width = static_cast<std::size_t>(plan.digest_size);
+  WorkerSetTable table;
+  table.num_workers = index.num_workers;
+  table.num_groups = plan.num_groups;
+  table.words = index.worker_words;
+  table.set_ids.assign(g * batch.digests.size(), 0);
+  table.sets.assign(table.words, 0);  // set 0: nobody
+
+  std::uint32_t metas[kMaxGroups];
+  for (int gid = 0; gid < plan.num_groups; ++gid) {
+    metas[gid] = Impl::make_meta(options.ns, gid, width);
+  }
+  // Residency set id -> table set id (0 when the tier mask leaves nobody).
+  std::unordered_map<std::uint32_t, std::uint32_t> local;
+  std::vector<std::uint64_t> folded(table.words);
+  auto intern = [&](std::uint32_t set) -> std::uint32_t {
+    if (set == Impl::kEmptySet) {
+      return 0;
+    }
+    const auto it = local.find(set);
+    if (it != local.end()) {
+      return it->second;
+    }
+    std::fill(folded.begin(), folded.end(), 0);
+    index.fold_workers(set, options.tier_mask, folded.data());
+    std::uint32_t id = 0;
+    if (std::any_of(folded.begin(), folded.end(), [](std::uint64_t x) { return x != 0; })) {
+      id = static_cast<std::uint32_t>(table.num_sets());
+      table.sets.insert(table.sets.end(), folded.begin(), folded.end());
+    }
+    local.emplace(set, id);
+    return id;
+  };
+
+  const std::int64_t h = plan.hash_block_size;
+  const std::shared_lock lock(index.mutex);
+  for (std::size_t r = 0; r < batch.num_requests(); ++r) {
+    const std::int64_t off = batch.offsets[r];
+    const std::int64_t n = batch.offsets[r + 1] - off;
+    const BlockDigest* hashes = batch.digests.data() + off;
+    std::uint32_t* block = table.set_ids.data() + static_cast<std::size_t>(off) * g;
+    for (int k = 0; k < plan.num_spec_groups; ++k) {
+      const detail::SpecGroupPlan& spec = plan.spec_groups[k];
+      // Every key a finder of this spec group can read: block keys (hash (j+1)*s - 1), and
+      // every hash where a fine-grained (partial) probe walks hash by hash.
+      const std::int64_t s = spec.block_size / h;
+      const bool fine = plan.alignment < spec.block_size &&
+                        (spec.finder == FinderKind::full_attention ||
+                         spec.finder == FinderKind::mamba);
+      const std::int64_t first = fine ? 0 : s - 1;
+      const std::int64_t step = fine ? 1 : s;
+      for (int m = 0; m < spec.num_members; ++m) {
+        const int gid = plan.members[spec.first_member + m];
+        std::uint32_t* row = block + static_cast<std::ptrdiff_t>(gid) * n;
+        for (std::int64_t i = first; i < n; i += step) {
+          const BlockDigest& key = hashes[i];
+          if (width < BlockDigest::kSize && !fits_width(key, width)) {
+            row[i] = kBadDigestSet;
+            continue;
+          }
+          row[i] = intern(index.set_of(key, metas[gid]));
+          ++table.index_reads;
+        }
+      }
+    }
+  }
+  return table;
+}
+
+}  // namespace prefixhit::gpu

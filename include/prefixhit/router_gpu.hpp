@@ -1,0 +1,115 @@
+// The GPU path of router scoring (issue 12): every worker's exact prefix hit for a batch of
+// requests, one CUDA thread per (request, worker), running the shared finders
+// (detail/finders.hpp) that the CPU engine and the batch lookup kernel run.
+//
+// How: a host pass reads, for each request, every key its finders may probe (each spec group's
+// block keys, or every hash for a fine-grained group) from the CPU ResidencyIndex once, and
+// writes the key's worker set as a small id into a table laid out like gpu.hpp's presence table
+// (request r's block at G*offsets[r], entry (g, i) at G*offsets[r] + g*n_r + i). The distinct
+// worker sets the batch touches go to the device as bitsets of W bits (tiers already folded by
+// the tier mask). Thread (r, w) then runs the finders with an existence functor that tests bit w
+// of the probed key's set (detail/worker_set_probe.hpp).
+//
+// Plain C++17 (no CUDA headers), like gpu.hpp. Without CUDA every GPU entry point throws
+// Unavailable; build_worker_set_table works in every build.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "prefixhit/coordinator.hpp"
+#include "prefixhit/error_kind.hpp"
+#include "prefixhit/gpu.hpp"
+#include "prefixhit/router.hpp"
+
+namespace prefixhit::gpu {
+
+/// A table entry whose hash is not of Config::digest_size's width (a nonzero byte past it): a
+/// worker whose lookup reads it fails with invalid_argument, as the CPU score_workers does.
+inline constexpr std::uint32_t kBadDigestSet = 0xFFFFFFFFU;
+
+/// The host side of a GPU scoring pass: which worker set each probed key has.
+struct WorkerSetTable {
+  int num_workers = 0;
+  int num_groups = 0;
+  std::size_t words = 0;  ///< 64-bit words per worker set: ceil(num_workers / 64)
+  /// [num_groups * batch digests], the presence table's layout; entries no finder reads are 0.
+  std::vector<std::uint32_t> set_ids;
+  /// [num_sets * words]: set id k's workers (bit w of word w/64). Set 0 is the empty set.
+  std::vector<std::uint64_t> sets;
+  std::size_t index_reads = 0;  ///< keys read from the residency index
+
+  std::size_t num_sets() const noexcept { return words == 0 ? 0 : sets.size() / words; }
+};
+
+/// Builds the table for a batch under `options.ns` and `options.tier_mask` (num_threads is not
+/// used: the pass is single-threaded). Holds the residency index's reader lock while it runs.
+/// Throws InvalidArgument for a bad batch (Coordinator::validate_batch) or namespace.
+WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
+                                      const ResidencyIndex& residency,
+                                      const ScoreOptions& options = {});
+
+/// A WorkerSetTable in device memory.
+struct DeviceWorkerSets {
+  const std::uint32_t* set_ids = nullptr;  ///< [G * digests]
+  const std::uint64_t* sets = nullptr;     ///< [num_sets * ceil(num_workers / 64)]
+  std::int64_t num_sets = 0;  ///< ids at or past it (but kBadDigestSet) give invalid_argument
+  int num_workers = 0;
+};
+
+/// Where the scores go, in device memory: RouterScores' layout, row = r * W + w.
+struct DeviceScoreOutput {
+  std::int64_t* hit_lengths = nullptr;       ///< [R * W]
+  std::int64_t* num_blocks = nullptr;        ///< [R * W * G]
+  std::int64_t* num_placeholders = nullptr;  ///< [R * W * G]
+  ErrorKind* status = nullptr;               ///< [R * W]: ok, or why (r, w) failed (row zeroed)
+};
+
+/// Per-worker exact scoring on the GPU; the results equal the CPU score_workers bit for bit.
+///
+/// Thread safety: device-array calls may run concurrently from several threads and streams; the
+/// host overload serialises on the engine. A moved-from engine may only be destroyed or assigned.
+class RouterScoreEngine {
+ public:
+  /// Copies the coordinator's configuration and plan. Throws Unavailable without CUDA or a
+  /// device, CudaError when the device cannot be queried.
+  explicit RouterScoreEngine(const Coordinator& coordinator);
+  ~RouterScoreEngine();
+  RouterScoreEngine(RouterScoreEngine&&) noexcept;
+  RouterScoreEngine& operator=(RouterScoreEngine&&) noexcept;
+  RouterScoreEngine(const RouterScoreEngine&) = delete;
+  RouterScoreEngine& operator=(const RouterScoreEngine&) = delete;
+
+  const Coordinator& coordinator() const noexcept;
+
+  // ---- device arrays in, device arrays out ---------------------------------------------------
+  // `batch` as gpu.hpp's DeviceBatch (digests are not read: the table stands for them). Errors
+  // of a (request, worker) go to status. Throws InvalidArgument for missing pointers or negative
+  // counts, CudaError when the launch fails. An empty batch launches nothing.
+  void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                           const DeviceScoreOutput& out, cudaStream_t stream) const;
+  void score_workers(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                     const DeviceScoreOutput& out, cudaStream_t stream,
+                     LookupTiming* timing = nullptr) const;
+
+  // ---- host arrays in, host result out ---------------------------------------------------------
+  /// The CPU score_workers' contract: same RouterScores (hit_lengths, num_blocks,
+  /// num_placeholders; index_reads counts the host pass's reads; classes and probes are 0, the
+  /// GPU path has no classes), same errors and messages ("score_workers: request <r>: ...").
+  RouterScores score_workers(const LookupBatch& batch, const ResidencyIndex& residency,
+                             const ScoreOptions& options = {}, cudaStream_t stream = nullptr,
+                             LookupTiming* timing = nullptr) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One-shot form of RouterScoreEngine::score_workers (builds an engine per call).
+RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& batch,
+                           const ResidencyIndex& residency, const ScoreOptions& options = {},
+                           cudaStream_t stream = nullptr);
+
+}  // namespace prefixhit::gpu
