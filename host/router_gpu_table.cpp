@@ -81,9 +81,9 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
       // Every key a finder of this spec group can read: block keys (hash (j+1)*s - 1), and
       // every hash where a fine-grained (partial) probe walks hash by hash.
       const std::int64_t s = spec.block_size / h;
-      const bool fine = plan.alignment < spec.block_size &&
-                        (spec.finder == FinderKind::full_attention ||
-                         spec.finder == FinderKind::mamba);
+      const bool fine =
+          plan.alignment < spec.block_size &&
+          (spec.finder == FinderKind::full_attention || spec.finder == FinderKind::mamba);
       const std::int64_t first = fine ? 0 : s - 1;
       const std::int64_t step = fine ? 1 : s;
       for (int m = 0; m < spec.num_members; ++m) {

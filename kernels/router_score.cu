@@ -46,17 +46,15 @@ __global__ void __launch_bounds__(kScoreThreads)
                         const __grid_constant__ RouterScoreArgs args) {
   const std::int64_t total = args.num_requests * args.num_workers;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       t < total; t += stride) {
+  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += stride) {
     const std::int64_t r = t / args.num_workers;
     const std::int64_t w = t - r * args.num_workers;
     const std::int64_t offset = args.offsets[r];
     const std::int64_t n = args.offsets[r + 1] - offset;
     const bool apply_eagle = args.apply_eagle == nullptr || args.apply_eagle[r] != 0;
-    const detail::WorkerSetProbe probe{&plan,         args.set_ids + plan.num_groups * offset,
-                                       n,             args.sets,
-                                       args.num_sets, args.words,
-                                       w};
+    const detail::WorkerSetProbe probe{
+        &plan, args.set_ids + plan.num_groups * offset, n, args.sets, args.num_sets, args.words, w};
     detail::score_worker(plan, args.max_lengths[r], apply_eagle, probe, t, args.out);
   }
 }
@@ -210,11 +208,11 @@ class ScoreTimer {
   throw_error(kind, prefix + to_string(kind));
 }
 
-void require(const DeviceBatch& batch, const DeviceWorkerSets& sets,
-             const DeviceScoreOutput& out) {
+void require(const DeviceBatch& batch, const DeviceWorkerSets& sets, const DeviceScoreOutput& out) {
   if (batch.num_requests < 0 || sets.num_workers < 0 || sets.num_sets < 0) {
-    throw InvalidArgument("score_workers: num_requests, num_workers and num_sets must not be "
-                          "negative");
+    throw InvalidArgument(
+        "score_workers: num_requests, num_workers and num_sets must not be "
+        "negative");
   }
   if (batch.num_requests == 0 || sets.num_workers == 0) {
     return;
@@ -290,21 +288,20 @@ void RouterScoreEngine::score_workers_async(const DeviceBatch& batch, const Devi
   if (total == 0) {
     return;
   }
-  const kernels::RouterScoreArgs args{
-      batch.offsets,
-      batch.max_lengths,
-      batch.apply_eagle,
-      batch.num_requests,
-      sets.set_ids,
-      sets.sets,
-      sets.num_sets,
-      sets.num_workers,
-      (sets.num_workers + 63) / 64,
-      detail::WorkerScoreOutputs{out.hit_lengths, out.num_blocks, out.num_placeholders,
-                                 out.status}};
+  const kernels::RouterScoreArgs args{batch.offsets,
+                                      batch.max_lengths,
+                                      batch.apply_eagle,
+                                      batch.num_requests,
+                                      sets.set_ids,
+                                      sets.sets,
+                                      sets.num_sets,
+                                      sets.num_workers,
+                                      (sets.num_workers + 63) / 64,
+                                      detail::WorkerScoreOutputs{out.hit_lengths, out.num_blocks,
+                                                                 out.num_placeholders, out.status}};
   const std::int64_t wanted = (total + kernels::kScoreThreads - 1) / kernels::kScoreThreads;
-  const int grid = static_cast<int>(wanted < impl_->resident_blocks ? wanted
-                                                                    : impl_->resident_blocks);
+  const int grid =
+      static_cast<int>(wanted < impl_->resident_blocks ? wanted : impl_->resident_blocks);
   check(kernels::launch_router_score(impl_->plan, args, grid, stream),
         "router_score_kernel launch");
 }
@@ -325,8 +322,7 @@ RouterScores RouterScoreEngine::score_workers(const LookupBatch& batch,
                                               LookupTiming* timing) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::score_workers");
   Impl& impl = *impl_;
-  const WorkerSetTable table =
-      build_worker_set_table(impl.coordinator, batch, residency, options);
+  const WorkerSetTable table = build_worker_set_table(impl.coordinator, batch, residency, options);
   const std::size_t r = batch.num_requests();
   const auto nw = static_cast<std::size_t>(table.num_workers);
   const auto g = static_cast<std::size_t>(table.num_groups);

@@ -38,8 +38,7 @@ void RouterScoreEngine::score_workers_async(const DeviceBatch&, const DeviceWork
   unavailable();
 }
 void RouterScoreEngine::score_workers(const DeviceBatch&, const DeviceWorkerSets&,
-                                      const DeviceScoreOutput&, cudaStream_t,
-                                      LookupTiming*) const {
+                                      const DeviceScoreOutput&, cudaStream_t, LookupTiming*) const {
   unavailable();
 }
 RouterScores RouterScoreEngine::score_workers(const LookupBatch&, const ResidencyIndex&,
