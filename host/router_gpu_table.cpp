@@ -8,6 +8,7 @@
 
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/detail/worker_set_probe.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router_gpu.hpp"
 
@@ -69,7 +70,6 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
     return id;
   };
 
-  const std::int64_t h = plan.hash_block_size;
   const std::shared_lock lock(index.mutex);
   for (std::size_t r = 0; r < batch.num_requests(); ++r) {
     const std::int64_t off = batch.offsets[r];
@@ -78,18 +78,13 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
     std::uint32_t* block = table.set_ids.data() + static_cast<std::size_t>(off) * g;
     for (int k = 0; k < plan.num_spec_groups; ++k) {
       const detail::SpecGroupPlan& spec = plan.spec_groups[k];
-      // Every key a finder of this spec group can read: block keys (hash (j+1)*s - 1), and
-      // every hash where a fine-grained (partial) probe walks hash by hash.
-      const std::int64_t s = spec.block_size / h;
-      const bool fine =
-          plan.alignment < spec.block_size &&
-          (spec.finder == FinderKind::full_attention || spec.finder == FinderKind::mamba);
-      const std::int64_t first = fine ? 0 : s - 1;
-      const std::int64_t step = fine ? 1 : s;
       for (int m = 0; m < spec.num_members; ++m) {
         const int gid = plan.members[spec.first_member + m];
         std::uint32_t* row = block + static_cast<std::ptrdiff_t>(gid) * n;
-        for (std::int64_t i = first; i < n; i += step) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          if (!detail::probed_by_finders(plan, k, i)) {
+            continue;
+          }
           const BlockDigest& key = hashes[i];
           if (width < BlockDigest::kSize && !fits_width(key, width)) {
             row[i] = kBadDigestSet;

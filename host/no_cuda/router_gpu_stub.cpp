@@ -1,4 +1,5 @@
-// router_gpu.hpp in a build without CUDA: constructing the engine (or the one-shot call) throws
+// router_gpu.hpp in a build without CUDA: constructing the engine or a device residency index
+// (or the one-shot call) throws
 // Unavailable, so no other entry point can be reached with a live engine. The host pass
 // (build_worker_set_table, host/router_gpu_table.cpp) is built everywhere.
 #include <exception>
@@ -45,6 +46,43 @@ RouterScores RouterScoreEngine::score_workers(const LookupBatch&, const Residenc
                                               const ScoreOptions&, cudaStream_t,
                                               LookupTiming*) const {
   unavailable();
+}
+
+RouterScores RouterScoreEngine::score_workers(const LookupBatch&, const DeviceResidencyIndex&,
+                                              const ScoreOptions&, cudaStream_t,
+                                              LookupTiming*) const {
+  unavailable();
+}
+
+struct DeviceResidencyIndex::Impl {};
+
+DeviceResidencyIndex::DeviceResidencyIndex(const ResidencyIndex& /*residency*/,
+                                           cudaStream_t /*stream*/) {
+  unavailable();
+}
+DeviceResidencyIndex::~DeviceResidencyIndex() = default;
+DeviceResidencyIndex::DeviceResidencyIndex(DeviceResidencyIndex&&) noexcept = default;
+DeviceResidencyIndex& DeviceResidencyIndex::operator=(DeviceResidencyIndex&&) noexcept = default;
+void DeviceResidencyIndex::refresh(const ResidencyIndex&, cudaStream_t) {
+  unavailable();
+}
+int DeviceResidencyIndex::num_workers() const noexcept {
+  return 0;
+}
+int DeviceResidencyIndex::num_tiers() const noexcept {
+  return 0;
+}
+std::size_t DeviceResidencyIndex::size() const noexcept {
+  return 0;
+}
+std::size_t DeviceResidencyIndex::worker_sets() const noexcept {
+  return 0;
+}
+std::size_t DeviceResidencyIndex::device_bytes() const noexcept {
+  return 0;
+}
+DeviceResidencyRef DeviceResidencyIndex::ref() const noexcept {
+  return {};
 }
 
 RouterScores score_workers(const Coordinator&, const LookupBatch&, const ResidencyIndex&,

@@ -10,6 +10,9 @@
 // the tier mask). Thread (r, w) then runs the finders with an existence functor that tests bit w
 // of the probed key's set (detail/worker_set_probe.hpp).
 //
+// A DeviceResidencyIndex (a device snapshot of the CPU index) lets a kernel build the same
+// table from the batch's digests instead.
+//
 // Plain C++17 (no CUDA headers), like gpu.hpp. Without CUDA every GPU entry point throws
 // Unavailable; build_worker_set_table works in every build.
 #pragma once
@@ -51,12 +54,57 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
                                       const ResidencyIndex& residency,
                                       const ScoreOptions& options = {});
 
-/// A WorkerSetTable in device memory.
+/// A WorkerSetTable in device memory. Sets may keep tiers apart: num_tiers columns per worker
+/// (column w * num_tiers + t); worker w holds a key when a column of a tier in tier_mask is set.
 struct DeviceWorkerSets {
   const std::uint32_t* set_ids = nullptr;  ///< [G * digests]
-  const std::uint64_t* sets = nullptr;     ///< [num_sets * ceil(num_workers / 64)]
+  const std::uint64_t* sets = nullptr;     ///< [num_sets * ceil(num_workers * num_tiers / 64)]
   std::int64_t num_sets = 0;  ///< ids at or past it (but kBadDigestSet) give invalid_argument
   int num_workers = 0;
+  int num_tiers = 1;  ///< in [1, kMaxTiers]
+  std::uint32_t tier_mask = ~0U;
+};
+
+/// The plain view of a DeviceResidencyIndex that kernels take (device pointers).
+struct DeviceResidencyRef {
+  const std::uint64_t* keys = nullptr;       ///< [capacity * 4] digest words
+  const std::uint32_t* metas = nullptr;      ///< [capacity] (namespace, group id, width) packed
+  const std::uint32_t* slot_sets = nullptr;  ///< [capacity] set id; 0xFFFFFFFF: a free slot
+  std::uint64_t mask = 0;                    ///< capacity - 1 (a power of two, at most half full)
+  std::uint64_t seed = 0;
+  const std::uint64_t* sets = nullptr;  ///< [num_sets * words] worker x tier columns; 0: empty
+  std::int64_t num_sets = 0;
+  std::int64_t words = 0;
+  int num_workers = 0;
+  int num_tiers = 1;
+};
+
+/// A residency index resident on the device: the keys of a CPU ResidencyIndex with their
+/// worker-set ids, and the sets (worker x tier columns), so that scoring reads no host memory
+/// per request. A snapshot: built from the CPU index (under its reader lock) and rebuilt by
+/// refresh(); the CPU index stays the one the event mirror updates.
+class DeviceResidencyIndex {
+ public:
+  /// Throws Unavailable without CUDA or a device, CudaError when allocation or copy fails.
+  explicit DeviceResidencyIndex(const ResidencyIndex& residency, cudaStream_t stream = nullptr);
+  ~DeviceResidencyIndex();
+  DeviceResidencyIndex(DeviceResidencyIndex&&) noexcept;
+  DeviceResidencyIndex& operator=(DeviceResidencyIndex&&) noexcept;
+  DeviceResidencyIndex(const DeviceResidencyIndex&) = delete;
+  DeviceResidencyIndex& operator=(const DeviceResidencyIndex&) = delete;
+
+  /// Replaces the snapshot with the index's current keys (synchronises `stream`).
+  void refresh(const ResidencyIndex& residency, cudaStream_t stream = nullptr);
+  int num_workers() const noexcept;
+  int num_tiers() const noexcept;
+  std::size_t size() const noexcept;          ///< live keys
+  std::size_t worker_sets() const noexcept;   ///< distinct non-empty sets
+  std::size_t device_bytes() const noexcept;  ///< device memory held
+  DeviceResidencyRef ref() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Where the scores go, in device memory: RouterScores' layout, row = r * W + w.
@@ -99,6 +147,14 @@ class RouterScoreEngine {
   /// num_placeholders; index_reads counts the host pass's reads; classes and probes are 0, the
   /// GPU path has no classes), same errors and messages ("score_workers: request <r>: ...").
   RouterScores score_workers(const LookupBatch& batch, const ResidencyIndex& residency,
+                             const ScoreOptions& options = {}, cudaStream_t stream = nullptr,
+                             LookupTiming* timing = nullptr) const;
+
+  /// The same over a device residency index: the digests go to the device and a kernel builds
+  /// the table from `residency` (no host pass). Errors have the CPU scorer's kinds; a finder
+  /// error or bad length has its message too, a misfit hash names the request and the width.
+  /// `residency` must not be refreshed concurrently.
+  RouterScores score_workers(const LookupBatch& batch, const DeviceResidencyIndex& residency,
                              const ScoreOptions& options = {}, cudaStream_t stream = nullptr,
                              LookupTiming* timing = nullptr) const;
 

@@ -662,6 +662,8 @@ TEST(GpuBatchLookupWithoutDevice, EntryPointsSayUnavailable) {
   EXPECT_THROW(gpu::BatchLookupEngine{coordinator}, prefixhit::Unavailable);
   EXPECT_THROW(prefixhit::conformance::make_gpu_backend(), prefixhit::Unavailable);
   EXPECT_THROW(gpu::RouterScoreEngine{coordinator}, prefixhit::Unavailable);
+  const prefixhit::ResidencyIndex residency(prefixhit::ResidencyOptions{2, 1, 16, 1});
+  EXPECT_THROW(gpu::DeviceResidencyIndex{residency}, prefixhit::Unavailable);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router.hpp"
 #include "prefixhit/router_gpu.hpp"
+#include "prefixhit/types.hpp"
 #include "tests/cpu/test_support.hpp"
 
 namespace prefixhit {
@@ -98,6 +99,7 @@ TEST(GpuRouterScore, EqualsCpuScoresAndIndependentLookups) {
       }
     }
     const gpu::RouterScoreEngine engine(c);
+    const gpu::DeviceResidencyIndex device_index(*rc.residency);
     for (const std::uint32_t tier_mask : {~0U, 1U}) {
       const std::vector<KeySet>& truth = tier_mask == 1U ? rc.tier0 : rc.stores;
       const std::string where = "trial " + std::to_string(trial) + " tier_mask " +
@@ -125,6 +127,20 @@ TEST(GpuRouterScore, EqualsCpuScoresAndIndependentLookups) {
       if (cpu) {
         ASSERT_TRUE(got.has_value()) << where;
         ASSERT_NO_FATAL_FAILURE(expect_same(*got, *cpu, where));
+      }
+      // The same over the device residency index (the table built by a kernel): same scores,
+      // same error kind (the message differs only for a misfit hash, which it cannot locate).
+      try {
+        const RouterScores on_device = engine.score_workers(batch, device_index, options);
+        ASSERT_TRUE(cpu.has_value())
+            << where << ": the device index path should throw " << cpu_error;
+        ASSERT_NO_FATAL_FAILURE(expect_same(on_device, *cpu, where + " (device index)"));
+      } catch (const Error& e) {
+        ASSERT_TRUE(cpu_kind.has_value()) << where << ": " << e.what();
+        EXPECT_EQ(e.kind(), *cpu_kind) << where << ": " << e.what() << " vs " << cpu_error;
+        if (!misfit) {
+          EXPECT_EQ(std::string(e.what()), cpu_error) << where;
+        }
       }
       if (misfit) {
         // Not compared with the single-store lookups: those check the width of every hash of
@@ -288,6 +304,54 @@ TEST(GpuRouterScore, DeviceArraysAndStatusPerWorker) {
         static_cast<const void*>(out.num_placeholders)}) {
     EXPECT_EQ(cudaFree(const_cast<void*>(p)), cudaSuccess);
   }
+}
+
+TEST(GpuRouterScore, DeviceResidencyIndexFollowsRefresh) {
+  PREFIXHIT_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  Config config;
+  config.hash_block_size = 16;
+  config.groups = {GroupSpec::full_attention(32), GroupSpec::sliding_window_attention(16, 48),
+                   GroupSpec::mamba(32, MambaCacheMode::align)};
+  config.scheduler_block_size = 32;
+  const Coordinator c(config);
+  const RouterCase rc = random_router_case(rng, c, 90, 2, 120);
+  const LookupBatch batch = rc.batch();
+  const gpu::RouterScoreEngine engine(c);
+  gpu::DeviceResidencyIndex device_index(*rc.residency);
+  EXPECT_EQ(device_index.num_workers(), 90);
+  EXPECT_EQ(device_index.num_tiers(), 2);
+  EXPECT_EQ(device_index.size(), rc.residency->size());
+  EXPECT_GT(device_index.device_bytes(), 0U);
+  auto check = [&](const std::string& when) {
+    for (const std::uint32_t tier_mask : {~0U, 1U, 2U}) {
+      ScoreOptions options;
+      options.tier_mask = tier_mask;
+      const RouterScores cpu = score_workers(c, batch, *rc.residency, options);
+      expect_same(engine.score_workers(batch, device_index, options), cpu,
+                  when + " tier_mask " + std::to_string(tier_mask));
+    }
+  };
+  check("snapshot");
+  // Changes reach the device index only through refresh().
+  for (WorkerId w = 0; w < 90; w += 3) {
+    rc.residency->clear_worker(w);
+  }
+  for (const auto& req : rc.requests) {
+    for (std::size_t i = 0; i < req.hashes.size(); i += 2) {
+      rc.residency->erase(static_cast<WorkerId>(rng() % 90), 0, static_cast<int>(rng() % 3),
+                          {&req.hashes[i], 1}, BlockDigest::kSize, static_cast<int>(rng() % 2));
+    }
+  }
+  device_index.refresh(*rc.residency);
+  EXPECT_EQ(device_index.size(), rc.residency->size());
+  check("after refresh");
+  rc.residency->clear();
+  device_index.refresh(*rc.residency);
+  EXPECT_EQ(device_index.size(), 0U);
+  check("after clear");
 }
 
 TEST(GpuRouterScore, HostErrorsMatchTheCpuScorer) {

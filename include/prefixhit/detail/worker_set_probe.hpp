@@ -12,6 +12,17 @@
 
 namespace prefixhit::detail {
 
+/// Whether a finder of spec group `sg` can read hash `index`: its block keys (hash (j+1)*s - 1
+/// for blocks of s hashes), or every hash where a fine-grained (partial) probe walks hash by
+/// hash. The tables of GPU router scoring fill exactly these entries.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool probed_by_finders(const LookupPlan& plan, int sg,
+                                                          std::int64_t index) {
+  const SpecGroupPlan& spec = plan.spec_groups[sg];
+  const bool fine = plan.alignment < spec.block_size &&
+                    (spec.finder == FinderKind::full_attention || spec.finder == FinderKind::mamba);
+  return fine || (index + 1) % (spec.block_size / plan.hash_block_size) == 0;
+}
+
 /// A Probe (finders.hpp) for worker `worker` of one request: key (g, i) is present when bit
 /// `worker` of set row[g*n + i] is set. One key per window, as the CPU scorer's ClassProbe: a
 /// hash of the wrong width fails the lookup only if the finder really reads it, so the probe
@@ -28,6 +39,10 @@ struct WorkerSetProbe {
   std::int64_t num_sets;
   std::int64_t words;  ///< 64-bit words per set
   std::int64_t worker;
+  /// Sets have `tiers` columns per worker (column worker*tiers + t); the worker holds the key
+  /// when a column of a tier in `tier_mask` is set. Host-built tables are folded: 1 and 1.
+  std::int32_t tiers;
+  std::uint32_t tier_mask;
   mutable bool bad_digest = false;  ///< a probed key's hash is not of the digest width
   mutable bool bad_set = false;     ///< a probed entry names no set (a malformed table)
 
@@ -44,7 +59,14 @@ struct WorkerSetProbe {
       bad_set = true;
       return false;
     }
-    return ((sets[static_cast<std::int64_t>(id) * words + worker / 64] >> (worker % 64)) & 1U) != 0;
+    const std::uint64_t* set = sets + static_cast<std::int64_t>(id) * words;
+    for (int t = 0; t < tiers; ++t) {
+      const std::int64_t column = worker * tiers + t;
+      if (((tier_mask >> t) & 1U) != 0 && ((set[column / 64] >> (column % 64)) & 1U) != 0) {
+        return true;
+      }
+    }
+    return false;
   }
 
   PREFIXHIT_HD std::uint64_t window(int sg, std::int64_t first, std::int64_t step,
