@@ -7,16 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "host/nvtx.hpp"
-#include "host/router/residency_impl.hpp"
 #include "kernels/router_score.cuh"
 #include "prefixhit/detail/hd.hpp"
+#include "prefixhit/detail/residency_table.hpp"
 #include "prefixhit/detail/worker_set_probe.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router_gpu.hpp"
@@ -25,36 +23,6 @@ namespace prefixhit {
 namespace kernels {
 
 namespace {
-
-constexpr std::uint32_t kFreeSlot = 0xFFFFFFFFU;
-
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-/// The snapshot table's slot hash, on the host (building) and the device (probing).
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash(const std::uint64_t* w,
-                                                           std::uint32_t meta, std::uint64_t seed) {
-  return mix64(w[0] ^ seed ^ (std::uint64_t{meta} << 32)) ^ mix64(w[1] + w[2] * 31 + w[3] * 131);
-}
-
-/// The set id of a key (0, the empty set, when absent). The table is at most half full, so
-/// every probe sequence reaches a free slot.
-PREFIXHIT_HD std::uint32_t find_set(const gpu::DeviceResidencyRef& index, const std::uint64_t* w,
-                                    std::uint32_t meta) {
-  for (std::uint64_t i = slot_hash(w, meta, index.seed) & index.mask;; i = (i + 1) & index.mask) {
-    const std::uint32_t set = index.slot_sets[i];
-    if (set == kFreeSlot) {
-      return 0;
-    }
-    const std::uint64_t* k = index.keys + 4 * i;
-    if (index.metas[i] == meta && k[0] == w[0] && k[1] == w[1] && k[2] == w[2] && k[3] == w[3]) {
-      return set;
-    }
-  }
-}
 
 struct TableArgs {
   const BlockDigest* digests;
@@ -104,7 +72,8 @@ __global__ void __launch_bounds__(kScoreThreads)
           tail |= w[k];
         }
       }
-      id = tail != 0 ? gpu::kBadDigestSet : find_set(args.index, w, args.metas[g]);
+      id =
+          tail != 0 ? gpu::kBadDigestSet : detail::residency_find_set(args.index, w, args.metas[g]);
     }
     args.set_ids[groups * offset + g * n + i] = id;
   }
@@ -125,6 +94,7 @@ struct DeviceResidencyIndex::Impl {
   std::size_t keys = 0;
   std::size_t sets = 0;
   std::size_t bytes = 0;
+  std::uint64_t refreshes = 0;
   DeviceResidencyRef ref;
   scoring::Staging<std::uint64_t> d_keys;
   scoring::Staging<std::uint32_t> d_metas;
@@ -146,71 +116,30 @@ DeviceResidencyIndex& DeviceResidencyIndex::operator=(DeviceResidencyIndex&&) no
 
 void DeviceResidencyIndex::refresh(const ResidencyIndex& residency, cudaStream_t stream) {
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::DeviceResidencyIndex::refresh");
-  using Cpu = ResidencyIndex::Impl;
-  const Cpu& cpu = residency.impl();
-  std::vector<std::uint64_t> keys;
-  std::vector<std::uint32_t> metas;
-  std::vector<std::uint32_t> slot_sets;
-  std::vector<std::uint64_t> sets;
-  std::size_t live = 0;
-  std::uint64_t mask = 0;
-  const std::uint64_t seed =
-      Cpu::mix(reinterpret_cast<std::uintptr_t>(this) ^ 0x9E3779B97F4A7C15ULL);
-  {
-    const std::shared_lock lock(cpu.mutex);
-    // Live keys: a key whose set was emptied in place (clear_worker) counts as absent.
-    auto is_live = [&](const Cpu::Slot& s) {
-      return s.set != Cpu::kFreeSlot && s.set != Cpu::kTombstone && s.set != Cpu::kEmptySet &&
-             cpu.set_count[s.set] != 0;
-    };
-    live = static_cast<std::size_t>(std::count_if(cpu.slots.begin(), cpu.slots.end(), is_live));
-    std::size_t capacity = 16;
-    while (capacity < 2 * live) {
-      capacity *= 2;
-    }
-    mask = capacity - 1;
-    keys.assign(4 * capacity, 0);
-    metas.assign(capacity, 0);
-    slot_sets.assign(capacity, kernels::kFreeSlot);
-    sets.assign(cpu.words, 0);  // set 0: nobody
-    std::unordered_map<std::uint32_t, std::uint32_t> dense;
-    for (const Cpu::Slot& s : cpu.slots) {
-      if (!is_live(s)) {
-        continue;
-      }
-      auto [it, fresh] = dense.emplace(s.set, static_cast<std::uint32_t>(sets.size() / cpu.words));
-      if (fresh) {
-        const std::uint64_t* bits = cpu.bits(s.set);
-        sets.insert(sets.end(), bits, bits + cpu.words);
-      }
-      std::uint64_t i = kernels::slot_hash(s.d, s.meta, seed) & mask;
-      while (slot_sets[i] != kernels::kFreeSlot) {
-        i = (i + 1) & mask;
-      }
-      std::copy(s.d, s.d + 4, keys.begin() + static_cast<std::ptrdiff_t>(4 * i));
-      metas[i] = s.meta;
-      slot_sets[i] = it->second;
-    }
-  }
   Impl& impl = *impl_;
+  ++impl.refreshes;
+  const ResidencySnapshot snap = snapshot_residency(
+      residency, detail::residency_mix(reinterpret_cast<std::uintptr_t>(this) + impl.refreshes));
   DeviceResidencyRef ref;
-  ref.keys = impl.d_keys.upload(keys, stream, "cudaMemcpyAsync(residency keys)");
-  ref.metas = impl.d_metas.upload(metas, stream, "cudaMemcpyAsync(residency metas)");
-  ref.slot_sets = impl.d_slot_sets.upload(slot_sets, stream, "cudaMemcpyAsync(residency slots)");
-  ref.sets = impl.d_sets.upload(sets, stream, "cudaMemcpyAsync(residency sets)");
+  ref.keys = impl.d_keys.upload(snap.keys, stream, "cudaMemcpyAsync(residency keys)");
+  ref.metas = impl.d_metas.upload(snap.metas, stream, "cudaMemcpyAsync(residency metas)");
+  ref.slot_sets =
+      impl.d_slot_sets.upload(snap.slot_sets, stream, "cudaMemcpyAsync(residency slots)");
+  ref.sets = impl.d_sets.upload(snap.sets, stream, "cudaMemcpyAsync(residency sets)");
   check(cudaStreamSynchronize(stream), "residency upload");
-  ref.mask = mask;
-  ref.seed = seed;
-  ref.num_sets = static_cast<std::int64_t>(sets.size() / cpu.words);
-  ref.words = static_cast<std::int64_t>(cpu.words);
-  ref.num_workers = cpu.num_workers;
-  ref.num_tiers = cpu.num_tiers;
+  ref.mask = snap.mask;
+  ref.seed = snap.seed;
+  ref.num_sets = static_cast<std::int64_t>(snap.sets.size() / snap.words);
+  ref.words = static_cast<std::int64_t>(snap.words);
+  ref.num_workers = snap.num_workers;
+  ref.num_tiers = snap.num_tiers;
   impl.ref = ref;
-  impl.num_workers = cpu.num_workers;
-  impl.num_tiers = cpu.num_tiers;
-  impl.keys = live;
+  impl.num_workers = snap.num_workers;
+  impl.num_tiers = snap.num_tiers;
+  impl.keys = snap.live_keys;
   impl.sets = static_cast<std::size_t>(ref.num_sets) - 1;
-  impl.bytes = keys.size() * 8 + metas.size() * 4 + slot_sets.size() * 4 + sets.size() * 8;
+  impl.bytes = snap.keys.size() * 8 + snap.metas.size() * 4 + snap.slot_sets.size() * 4 +
+               snap.sets.size() * 8;
 }
 
 int DeviceResidencyIndex::num_workers() const noexcept {
@@ -312,8 +241,8 @@ RouterScores RouterScoreEngine::score_workers(const LookupBatch& batch,
     args.num_requests = d.num_requests;
     args.num_digests = digests;
     for (int gid = 0; gid < plan.num_groups; ++gid) {
-      args.metas[gid] = ResidencyIndex::Impl::make_meta(options.ns, gid,
-                                                        static_cast<std::size_t>(plan.digest_size));
+      args.metas[gid] =
+          residency_key_meta(options.ns, gid, static_cast<std::size_t>(plan.digest_size));
     }
     args.index = index;
     args.set_ids =

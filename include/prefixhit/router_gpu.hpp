@@ -65,6 +65,26 @@ struct DeviceWorkerSets {
   std::uint32_t tier_mask = ~0U;
 };
 
+/// The host half of a DeviceResidencyIndex: the live keys of a ResidencyIndex in the device
+/// table's layout (detail/residency_table.hpp), taken under the index's reader lock, with its
+/// non-empty worker sets renumbered from 1 (set 0 is empty). For the device index and tests.
+struct ResidencySnapshot {
+  std::vector<std::uint64_t> keys;       ///< [capacity * 4]
+  std::vector<std::uint32_t> metas;      ///< [capacity]
+  std::vector<std::uint32_t> slot_sets;  ///< [capacity]; 0xFFFFFFFF: free
+  std::vector<std::uint64_t> sets;       ///< [num_sets * words] worker x tier columns
+  std::uint64_t mask = 0;
+  std::uint64_t seed = 0;
+  std::size_t live_keys = 0;
+  std::size_t words = 1;
+  int num_workers = 1;
+  int num_tiers = 1;
+};
+ResidencySnapshot snapshot_residency(const ResidencyIndex& residency, std::uint64_t seed);
+
+/// The packed (namespace, group id, width) word of a residency key, as both tables store it.
+std::uint32_t residency_key_meta(Namespace ns, int group_id, std::size_t digest_size);
+
 /// The plain view of a DeviceResidencyIndex that kernels take (device pointers).
 struct DeviceResidencyRef {
   const std::uint64_t* keys = nullptr;       ///< [capacity * 4] digest words

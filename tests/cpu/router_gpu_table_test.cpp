@@ -3,11 +3,13 @@
 // worker), here run on the host over the table, against the CPU score_workers.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "prefixhit/coordinator.hpp"
+#include "prefixhit/detail/residency_table.hpp"
 #include "prefixhit/detail/worker_set_probe.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router.hpp"
@@ -109,6 +111,67 @@ TEST(RouterGpuTable, EntriesNoFinderReadsStayEmptyAndMisfitHashesAreMarked) {
   if (!gpu::device_available()) {  // a build without CUDA, or no device
     EXPECT_THROW(gpu::RouterScoreEngine{c}, Unavailable);
     EXPECT_THROW(gpu::DeviceResidencyIndex{residency}, Unavailable);
+  }
+}
+
+/// The snapshot's table through the pointer view the kernel probes.
+struct SnapshotView {
+  const std::uint64_t* keys;
+  const std::uint32_t* metas;
+  const std::uint32_t* slot_sets;
+  std::uint64_t mask;
+  std::uint64_t seed;
+};
+
+TEST(RouterGpuTable, SnapshotAnswersAsTheResidencyIndex) {
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const int workers = 70;
+  const int tiers = 2;
+  ResidencyIndex residency(ResidencyOptions{workers, tiers, 64, 0});
+  const auto keys = testing::random_hashes(rng, 400);
+  for (int step = 0; step < 3000; ++step) {
+    const auto w = static_cast<WorkerId>(rng() % workers);
+    const int tier = static_cast<int>(rng() % tiers);
+    const BlockDigest& key = keys[rng() % keys.size()];
+    const int group = static_cast<int>(rng() % 3);
+    const Namespace ns = static_cast<Namespace>(rng() % 2);
+    if (rng() % 100 < 65) {
+      residency.insert(w, ns, group, {&key, 1}, BlockDigest::kSize, tier);
+    } else if (rng() % 100 < 97) {
+      residency.erase(w, ns, group, {&key, 1}, BlockDigest::kSize, tier);
+    } else {
+      residency.clear_worker(w);
+    }
+  }
+  const gpu::ResidencySnapshot snap = gpu::snapshot_residency(residency, rng());
+  EXPECT_EQ(snap.live_keys, residency.size());
+  EXPECT_LE(2 * snap.live_keys, snap.mask + 1);  // at most half full
+  const SnapshotView view{snap.keys.data(), snap.metas.data(), snap.slot_sets.data(), snap.mask,
+                          snap.seed};
+  for (const BlockDigest& key : keys) {
+    std::uint64_t w[4];
+    std::memcpy(w, key.bytes.data(), sizeof(w));
+    for (Namespace ns = 0; ns < 3; ++ns) {
+      for (int group = 0; group < 3; ++group) {
+        const std::uint32_t set = detail::residency_find_set(
+            view, w, gpu::residency_key_meta(ns, group, BlockDigest::kSize));
+        ASSERT_LT(set, snap.sets.size() / snap.words);
+        for (int worker = 0; worker < workers; ++worker) {
+          for (int t = 0; t < tiers; ++t) {
+            const int column = worker * tiers + t;
+            const bool bit =
+                ((snap.sets[set * snap.words + static_cast<std::size_t>(column / 64)] >>
+                  (column % 64)) &
+                 1U) != 0;
+            ASSERT_EQ(bit, residency.contains(static_cast<WorkerId>(worker), ns, group, key,
+                                              BlockDigest::kSize, 1U << t))
+                << "worker " << worker << " tier " << t << " ns " << ns << " group " << group;
+          }
+        }
+      }
+    }
   }
 }
 
