@@ -12,6 +12,7 @@
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router.hpp"
+#include "tests/common/router_cases.hpp"
 #include "tests/cpu/test_support.hpp"
 
 namespace prefixhit {
@@ -23,74 +24,10 @@ using testing::random_max_length;
 using testing::seed_note;
 using testing::test_seed;
 
-/// (group id, hash index) pairs a worker holds for one request.
-using Holdings = std::set<std::pair<int, std::size_t>>;
-
-/// Blocks of each group with per-group density and holes at window boundaries, plus raw hashes
-/// for fine-grained probes (the shape of testing::random_store).
-Holdings random_holdings(std::mt19937_64& rng, const Config& config, std::size_t n) {
-  Holdings out;
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  for (std::size_t g = 0; g < config.groups.size(); ++g) {
-    const auto s = static_cast<std::size_t>(config.groups[g].block_size / config.hash_block_size);
-    const double density = std::vector<double>{0.0, 0.5, 0.9, 1.0, 1.0}[rng() % 5];
-    const std::size_t hole_every = 1 + rng() % 8;
-    for (std::size_t j = 0; j + 1 <= n / s; ++j) {
-      const bool boundary_hole = rng() % 4 == 0 && (j + 1) % hole_every == 0;
-      if (unit(rng) < density && !boundary_hole) {
-        out.emplace(static_cast<int>(g), (j + 1) * s - 1);
-      }
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (unit(rng) < 0.2) {
-        out.emplace(static_cast<int>(g), i);
-      }
-    }
-  }
-  return out;
-}
-
-/// A worker's holdings derived from a base: identical, empty, a prefix, or the base with a few
-/// keys flipped (so that workers share most keys and differ at a few, often at boundaries).
-Holdings derive(std::mt19937_64& rng, const Holdings& base, const Config& config, std::size_t n) {
-  switch (rng() % 6) {
-    case 0:
-      return base;
-    case 1:
-      return {};
-    case 2: {
-      Holdings out;
-      const std::size_t cut = n == 0 ? 0 : rng() % (n + 1);
-      for (const auto& p : base) {
-        if (p.second < cut) {
-          out.insert(p);
-        }
-      }
-      return out;
-    }
-    case 3:
-      return random_holdings(rng, config, n);
-    default: {
-      Holdings out = base;
-      const int flips = 1 + static_cast<int>(rng() % 4);
-      for (int f = 0; f < flips && n > 0 && !config.groups.empty(); ++f) {
-        const auto p = std::make_pair(static_cast<int>(rng() % config.groups.size()), rng() % n);
-        if (out.count(p) != 0) {
-          out.erase(p);
-        } else {
-          out.insert(p);
-        }
-      }
-      return out;
-    }
-  }
-}
-
-struct Request {
-  std::vector<BlockDigest> hashes;
-  std::int64_t max_length = 0;
-  bool eagle = true;
-};
+using testing::router::derive;
+using testing::router::Holdings;
+using testing::router::random_holdings;
+using testing::router::Request;
 
 TEST(Router, ScoresEqualIndependentLookupsPerWorker) {
   const std::uint64_t seed = test_seed();

@@ -28,6 +28,7 @@
 #include "prefixhit/errors.hpp"
 #include "prefixhit/existence.hpp"
 #include "prefixhit/gpu.hpp"
+#include "prefixhit/router_gpu.hpp"
 
 namespace {
 
@@ -660,6 +661,9 @@ TEST(GpuBatchLookupWithoutDevice, EntryPointsSayUnavailable) {
   const Coordinator coordinator(config);
   EXPECT_THROW(gpu::BatchLookupEngine{coordinator}, prefixhit::Unavailable);
   EXPECT_THROW(prefixhit::conformance::make_gpu_backend(), prefixhit::Unavailable);
+  EXPECT_THROW(gpu::RouterScoreEngine{coordinator}, prefixhit::Unavailable);
+  const prefixhit::ResidencyIndex residency(prefixhit::ResidencyOptions{2, 1, 16, 1});
+  EXPECT_THROW(gpu::DeviceResidencyIndex{residency}, prefixhit::Unavailable);
 }
 
 }  // namespace

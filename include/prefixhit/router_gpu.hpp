@@ -1,0 +1,191 @@
+// The GPU path of router scoring (issue 12): every worker's exact prefix hit for a batch of
+// requests, one CUDA thread per (request, worker), running the shared finders
+// (detail/finders.hpp) that the CPU engine and the batch lookup kernel run.
+//
+// How: a host pass reads, for each request, every key its finders may probe (each spec group's
+// block keys, or every hash for a fine-grained group) from the CPU ResidencyIndex once, and
+// writes the key's worker set as a small id into a table laid out like gpu.hpp's presence table
+// (request r's block at G*offsets[r], entry (g, i) at G*offsets[r] + g*n_r + i). The distinct
+// worker sets the batch touches go to the device as bitsets of W bits (tiers already folded by
+// the tier mask). Thread (r, w) then runs the finders with an existence functor that tests bit w
+// of the probed key's set (detail/worker_set_probe.hpp).
+//
+// A DeviceResidencyIndex (a device snapshot of the CPU index) lets a kernel build the same
+// table from the batch's digests instead.
+//
+// Plain C++17 (no CUDA headers), like gpu.hpp. Without CUDA every GPU entry point throws
+// Unavailable; build_worker_set_table works in every build.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "prefixhit/coordinator.hpp"
+#include "prefixhit/error_kind.hpp"
+#include "prefixhit/gpu.hpp"
+#include "prefixhit/router.hpp"
+
+namespace prefixhit::gpu {
+
+/// A table entry whose hash is not of Config::digest_size's width (a nonzero byte past it): a
+/// worker whose lookup reads it fails with invalid_argument, as the CPU score_workers does.
+inline constexpr std::uint32_t kBadDigestSet = 0xFFFFFFFFU;
+
+/// The host side of a GPU scoring pass: which worker set each probed key has.
+struct WorkerSetTable {
+  int num_workers = 0;
+  int num_groups = 0;
+  std::size_t words = 0;  ///< 64-bit words per worker set: ceil(num_workers / 64)
+  /// [num_groups * batch digests], the presence table's layout; entries no finder reads are 0.
+  std::vector<std::uint32_t> set_ids;
+  /// [num_sets * words]: set id k's workers (bit w of word w/64). Set 0 is the empty set.
+  std::vector<std::uint64_t> sets;
+  std::size_t index_reads = 0;  ///< keys read from the residency index
+
+  std::size_t num_sets() const noexcept { return words == 0 ? 0 : sets.size() / words; }
+};
+
+/// Builds the table for a batch under `options.ns` and `options.tier_mask` (num_threads is not
+/// used: the pass is single-threaded). Holds the residency index's reader lock while it runs.
+/// Throws InvalidArgument for a bad batch (Coordinator::validate_batch) or namespace.
+WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
+                                      const ResidencyIndex& residency,
+                                      const ScoreOptions& options = {});
+
+/// A WorkerSetTable in device memory. Sets may keep tiers apart: num_tiers columns per worker
+/// (column w * num_tiers + t); worker w holds a key when a column of a tier in tier_mask is set.
+struct DeviceWorkerSets {
+  const std::uint32_t* set_ids = nullptr;  ///< [G * digests]
+  const std::uint64_t* sets = nullptr;     ///< [num_sets * ceil(num_workers * num_tiers / 64)]
+  std::int64_t num_sets = 0;  ///< ids at or past it (but kBadDigestSet) give invalid_argument
+  int num_workers = 0;
+  int num_tiers = 1;  ///< in [1, kMaxTiers]
+  std::uint32_t tier_mask = ~0U;
+};
+
+/// The host half of a DeviceResidencyIndex: the live keys of a ResidencyIndex in the device
+/// table's layout (detail/residency_table.hpp), taken under the index's reader lock, with its
+/// non-empty worker sets renumbered from 1 (set 0 is empty). For the device index and tests.
+struct ResidencySnapshot {
+  std::vector<std::uint64_t> keys;       ///< [capacity * 4]
+  std::vector<std::uint32_t> metas;      ///< [capacity]
+  std::vector<std::uint32_t> slot_sets;  ///< [capacity]; 0xFFFFFFFF: free
+  std::vector<std::uint64_t> sets;       ///< [num_sets * words] worker x tier columns
+  std::uint64_t mask = 0;
+  std::uint64_t seed = 0;
+  std::size_t live_keys = 0;
+  std::size_t words = 1;
+  int num_workers = 1;
+  int num_tiers = 1;
+};
+ResidencySnapshot snapshot_residency(const ResidencyIndex& residency, std::uint64_t seed);
+
+/// The packed (namespace, group id, width) word of a residency key, as both tables store it.
+std::uint32_t residency_key_meta(Namespace ns, int group_id, std::size_t digest_size);
+
+/// The plain view of a DeviceResidencyIndex that kernels take (device pointers).
+struct DeviceResidencyRef {
+  const std::uint64_t* keys = nullptr;       ///< [capacity * 4] digest words
+  const std::uint32_t* metas = nullptr;      ///< [capacity] (namespace, group id, width) packed
+  const std::uint32_t* slot_sets = nullptr;  ///< [capacity] set id; 0xFFFFFFFF: a free slot
+  std::uint64_t mask = 0;                    ///< capacity - 1 (a power of two, at most half full)
+  std::uint64_t seed = 0;
+  const std::uint64_t* sets = nullptr;  ///< [num_sets * words] worker x tier columns; 0: empty
+  std::int64_t num_sets = 0;
+  std::int64_t words = 0;
+  int num_workers = 0;
+  int num_tiers = 1;
+};
+
+/// A residency index resident on the device: the keys of a CPU ResidencyIndex with their
+/// worker-set ids, and the sets (worker x tier columns), so that scoring reads no host memory
+/// per request. A snapshot: built from the CPU index (under its reader lock) and rebuilt by
+/// refresh(); the CPU index stays the one the event mirror updates.
+class DeviceResidencyIndex {
+ public:
+  /// Throws Unavailable without CUDA or a device, CudaError when allocation or copy fails.
+  explicit DeviceResidencyIndex(const ResidencyIndex& residency, cudaStream_t stream = nullptr);
+  ~DeviceResidencyIndex();
+  DeviceResidencyIndex(DeviceResidencyIndex&&) noexcept;
+  DeviceResidencyIndex& operator=(DeviceResidencyIndex&&) noexcept;
+  DeviceResidencyIndex(const DeviceResidencyIndex&) = delete;
+  DeviceResidencyIndex& operator=(const DeviceResidencyIndex&) = delete;
+
+  /// Replaces the snapshot with the index's current keys (synchronises `stream`).
+  void refresh(const ResidencyIndex& residency, cudaStream_t stream = nullptr);
+  int num_workers() const noexcept;
+  int num_tiers() const noexcept;
+  std::size_t size() const noexcept;          ///< live keys
+  std::size_t worker_sets() const noexcept;   ///< distinct non-empty sets
+  std::size_t device_bytes() const noexcept;  ///< device memory held
+  DeviceResidencyRef ref() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Where the scores go, in device memory: RouterScores' layout, row = r * W + w.
+struct DeviceScoreOutput {
+  std::int64_t* hit_lengths = nullptr;       ///< [R * W]
+  std::int64_t* num_blocks = nullptr;        ///< [R * W * G]
+  std::int64_t* num_placeholders = nullptr;  ///< [R * W * G]
+  ErrorKind* status = nullptr;               ///< [R * W]: ok, or why (r, w) failed (row zeroed)
+};
+
+/// Per-worker exact scoring on the GPU; the results equal the CPU score_workers bit for bit.
+///
+/// Thread safety: device-array calls may run concurrently from several threads and streams; the
+/// host overload serialises on the engine. A moved-from engine may only be destroyed or assigned.
+class RouterScoreEngine {
+ public:
+  /// Copies the coordinator's configuration and plan. Throws Unavailable without CUDA or a
+  /// device, CudaError when the device cannot be queried.
+  explicit RouterScoreEngine(const Coordinator& coordinator);
+  ~RouterScoreEngine();
+  RouterScoreEngine(RouterScoreEngine&&) noexcept;
+  RouterScoreEngine& operator=(RouterScoreEngine&&) noexcept;
+  RouterScoreEngine(const RouterScoreEngine&) = delete;
+  RouterScoreEngine& operator=(const RouterScoreEngine&) = delete;
+
+  const Coordinator& coordinator() const noexcept;
+
+  // ---- device arrays in, device arrays out ---------------------------------------------------
+  // `batch` as gpu.hpp's DeviceBatch (digests are not read: the table stands for them). Errors
+  // of a (request, worker) go to status. Throws InvalidArgument for missing pointers or negative
+  // counts, CudaError when the launch fails. An empty batch launches nothing.
+  void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                           const DeviceScoreOutput& out, cudaStream_t stream) const;
+  void score_workers(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                     const DeviceScoreOutput& out, cudaStream_t stream,
+                     LookupTiming* timing = nullptr) const;
+
+  // ---- host arrays in, host result out ---------------------------------------------------------
+  /// The CPU score_workers' contract: same RouterScores (hit_lengths, num_blocks,
+  /// num_placeholders; index_reads counts the host pass's reads; classes and probes are 0, the
+  /// GPU path has no classes), same errors and messages ("score_workers: request <r>: ...").
+  RouterScores score_workers(const LookupBatch& batch, const ResidencyIndex& residency,
+                             const ScoreOptions& options = {}, cudaStream_t stream = nullptr,
+                             LookupTiming* timing = nullptr) const;
+
+  /// The same over a device residency index: the digests go to the device and a kernel builds
+  /// the table from `residency` (no host pass). Errors have the CPU scorer's kinds; a finder
+  /// error or bad length has its message too, a misfit hash names the request and the width.
+  /// `residency` must not be refreshed concurrently.
+  RouterScores score_workers(const LookupBatch& batch, const DeviceResidencyIndex& residency,
+                             const ScoreOptions& options = {}, cudaStream_t stream = nullptr,
+                             LookupTiming* timing = nullptr) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One-shot form of RouterScoreEngine::score_workers (builds an engine per call).
+RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& batch,
+                           const ResidencyIndex& residency, const ScoreOptions& options = {},
+                           cudaStream_t stream = nullptr);
+
+}  // namespace prefixhit::gpu
