@@ -22,80 +22,59 @@ BlockDigest to_index_digest(const EventKey& key) noexcept {
 
 namespace {
 
-/// Fills `digests` (and `groups`, unless every key has the same group) with the keys of width
-/// `width`; returns that group, -1 when the keys span several groups, or -2 when no key has the
-/// width.
-int stage(span<const EventKey> keys, std::size_t width, std::vector<std::int32_t>& groups,
-          std::vector<BlockDigest>& digests) {
-  digests.clear();
-  groups.clear();
-  digests.reserve(keys.size());
-  groups.reserve(keys.size());
-  int group = -2;
-  for (const EventKey& key : keys) {
-    if (key.digest_size != width) {
-      continue;
-    }
-    digests.push_back(to_index_digest(key));
-    groups.push_back(key.group_id);
-    group = group == -2 || group == key.group_id ? key.group_id : -1;
-  }
-  return group;
-}
-
 constexpr std::size_t kWidths[] = {32, 16, 8};
 
-/// Bit w/8 set for each width present: a batch usually has one width, staged in one pass.
-unsigned widths_in(span<const EventKey> keys) {
-  unsigned bits = 0;
-  for (const EventKey& key : keys) {
-    bits |= 1U << (key.digest_size / 8U);
-  }
-  return bits;
+/// kWidths' index of a digest width (8, 16 or 32).
+std::size_t width_slot(std::size_t width) {
+  return width == 32 ? 0 : width == 16 ? 1 : 2;
 }
 
 }  // namespace
 
 void BlockIndexSink::apply(bool insert, Namespace ns, span<const EventKey> keys) {
-  const unsigned present = widths_in(keys);
+  // One pass stages every width (a batch usually has one); then one index call per width.
+  for (Staged& s : staged_) {
+    s.digests.clear();
+    s.groups.clear();
+    s.group = -2;
+  }
+  for (const EventKey& key : keys) {
+    Staged& s = staged_[width_slot(key.digest_size)];
+    s.digests.push_back(to_index_digest(key));
+    s.groups.push_back(key.group_id);
+    s.group = s.group == -2 || s.group == key.group_id ? key.group_id : -1;
+  }
   std::size_t done = 0;  // widths applied, in kWidths order
   try {
-    for (const std::size_t width : kWidths) {  // one call to the index per width
-      if ((present & (1U << (width / 8U))) != 0) {
-        apply_width(insert, ns, keys, width);
-      }
-      ++done;
+    for (; done < 3; ++done) {
+      apply_width(insert, ns, staged_[done], kWidths[done]);
     }
   } catch (...) {
     // All or nothing across widths: the keys changed presence, so the opposite call on the
     // widths already applied restores them.
     for (std::size_t w = 0; w < done; ++w) {
-      if ((present & (1U << (kWidths[w] / 8U))) != 0) {
-        try {
-          apply_width(!insert, ns, keys, kWidths[w]);
-        } catch (...) {  // nothing more can be done; the original error is what matters
-        }
+      try {
+        apply_width(!insert, ns, staged_[w], kWidths[w]);
+      } catch (...) {  // nothing more can be done; the original error is what matters
       }
     }
     throw;
   }
 }
 
-void BlockIndexSink::apply_width(bool insert, Namespace ns, span<const EventKey> keys,
-                                 std::size_t width) {
-  const int group = stage(keys, width, groups_, digests_);
-  if (group >= 0) {
+void BlockIndexSink::apply_width(bool insert, Namespace ns, const Staged& s, std::size_t width) {
+  if (s.group >= 0) {  // one group: the index's cheaper single-group call
     if (insert) {
-      index_->insert(ns, group, span<const BlockDigest>(digests_), width);
+      index_->insert(ns, s.group, span<const BlockDigest>(s.digests), width);
     } else {
-      index_->erase(ns, group, span<const BlockDigest>(digests_), width);
+      index_->erase(ns, s.group, span<const BlockDigest>(s.digests), width);
     }
-  } else if (group == -1) {
+  } else if (s.group == -1) {
     if (insert) {
-      index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
+      index_->insert(ns, span<const std::int32_t>(s.groups), span<const BlockDigest>(s.digests),
                      width);
     } else {
-      index_->erase(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
+      index_->erase(ns, span<const std::int32_t>(s.groups), span<const BlockDigest>(s.digests),
                     width);
     }
   }

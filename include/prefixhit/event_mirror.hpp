@@ -74,7 +74,8 @@ BlockDigest to_index_digest(const EventKey& key) noexcept;
 class BlockIndexSink final : public MirrorSink {
  public:
   explicit BlockIndexSink(BlockIndex& index) : index_(&index) {}
-  /// One index call per digest width present; all or nothing across widths.
+  /// Stages the keys in one pass, then one index call per digest width present; all or
+  /// nothing across widths.
   void insert(Namespace ns, span<const EventKey> keys) override { apply(true, ns, keys); }
   void erase(Namespace ns, span<const EventKey> keys) override { apply(false, ns, keys); }
   std::size_t size() const override { return index_->size(); }
@@ -82,12 +83,18 @@ class BlockIndexSink final : public MirrorSink {
   bool may_refuse() const override { return index_->options().max_capacity != 0; }
 
  private:
+  /// The keys of one digest width, staged for the index; group is their common group, -1 when
+  /// they span several, -2 when there are none.
+  struct Staged {
+    std::vector<std::int32_t> groups;
+    std::vector<BlockDigest> digests;
+    int group = -2;
+  };
   void apply(bool insert, Namespace ns, span<const EventKey> keys);
-  void apply_width(bool insert, Namespace ns, span<const EventKey> keys, std::size_t width);
+  void apply_width(bool insert, Namespace ns, const Staged& staged, std::size_t width);
 
   BlockIndex* index_;
-  std::vector<std::int32_t> groups_;
-  std::vector<BlockDigest> digests_;
+  std::array<Staged, 3> staged_;  ///< widths 32, 16, 8
 };
 
 /// A Mooncake object key parsed back: [{cache_prefix}@]{model}@tp_rank:{t}@pcp{p}@dcp{d}@
