@@ -22,3 +22,11 @@ if(PREFIXHIT_HAS_MIRROR)
   gtest_discover_tests(prefixhit_mirror_tests
     PROPERTIES LABELS mirror ENVIRONMENT "${_ph_mirror_env}" DISCOVERY_TIMEOUT 60)
 endif()
+
+# The GPU suite's DeviceBlockIndexSink test (tests/gpu/mirror_device_sink_test.cu) also drives
+# an EventApplier with msgpack-built payloads where the library has the mirror.
+if(PREFIXHIT_HAS_MIRROR AND TARGET prefixhit_gpu_tests)
+  target_include_directories(prefixhit_gpu_tests SYSTEM PRIVATE ${PREFIXHIT_MSGPACK_INCLUDE_DIR})
+  target_compile_definitions(prefixhit_gpu_tests PRIVATE PREFIXHIT_TEST_MIRROR_PAYLOADS=1
+                             MSGPACK_NO_BOOST=1 MSGPACK_DEFAULT_API_VERSION=3)
+endif()
