@@ -73,23 +73,33 @@ struct DeviceBlockIndexSink::Impl {
   void apply(bool insert, Namespace ns, span<const EventKey> keys) {
     std::lock_guard<std::mutex> lock(mutex);
     mirror::stage_by_width(keys, stages);
-    mirror::apply_by_width(
-        stages, insert, [&](bool ins, const mirror::WidthStage& s, std::size_t width) {
-          // The index's synchronous calls return when the work is done, so the buffers can be
-          // refilled by the next call.
-          const auto* d = static_cast<const BlockDigest*>(
-              digests.upload(s.digests.data(), s.digests.size() * sizeof(BlockDigest), stream));
-          const std::size_t n = s.digests.size();
-          if (s.group >= 0) {
-            ins ? index->insert(ns, s.group, d, n, stream, width)
-                : index->erase(ns, s.group, d, n, stream, width);
-            return;
-          }
-          const auto* g = static_cast<const std::int32_t*>(
-              groups.upload(s.groups.data(), s.groups.size() * sizeof(std::int32_t), stream));
-          ins ? index->insert(ns, g, d, n, stream, width)
-              : index->erase(ns, g, d, n, stream, width);
-        });
+    mirror::apply_by_width(stages, insert,
+                           [&](bool ins, const mirror::WidthStage& s, std::size_t width) {
+                             apply_stage(ins, ns, s, width);
+                           });
+  }
+
+  /// One index call for the staged keys of one width. The index's synchronous calls return
+  /// when the work is done, so the buffers can be refilled by the next call.
+  void apply_stage(bool insert, Namespace ns, const mirror::WidthStage& s, std::size_t width) {
+    const std::size_t n = s.digests.size();
+    const auto* d = static_cast<const BlockDigest*>(
+        digests.upload(s.digests.data(), n * sizeof(BlockDigest), stream));
+    if (s.group >= 0) {  // one group: the index's single-group call, no group array
+      if (insert) {
+        index->insert(ns, s.group, d, n, stream, width);
+      } else {
+        index->erase(ns, s.group, d, n, stream, width);
+      }
+      return;
+    }
+    const auto* g = static_cast<const std::int32_t*>(
+        groups.upload(s.groups.data(), n * sizeof(std::int32_t), stream));
+    if (insert) {
+      index->insert(ns, g, d, n, stream, width);
+    } else {
+      index->erase(ns, g, d, n, stream, width);
+    }
   }
 };
 

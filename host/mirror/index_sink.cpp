@@ -29,19 +29,32 @@ BlockIndexSink::BlockIndexSink(BlockIndex& index)
     : index_(&index), stages_(std::make_unique<Stages>()) {}
 BlockIndexSink::~BlockIndexSink() = default;
 
+namespace {
+
+/// One index call for the staged keys of one width.
+void apply_stage(BlockIndex& index, bool insert, Namespace ns, const mirror::WidthStage& s,
+                 std::size_t width) {
+  const span<const BlockDigest> digests(s.digests);
+  if (s.group >= 0) {  // one group: the index's cheaper single-group call
+    if (insert) {
+      index.insert(ns, s.group, digests, width);
+    } else {
+      index.erase(ns, s.group, digests, width);
+    }
+  } else if (insert) {
+    index.insert(ns, span<const std::int32_t>(s.groups), digests, width);
+  } else {
+    index.erase(ns, span<const std::int32_t>(s.groups), digests, width);
+  }
+}
+
+}  // namespace
+
 void BlockIndexSink::apply(bool insert, Namespace ns, span<const EventKey> keys) {
   mirror::stage_by_width(keys, stages_->widths);
   mirror::apply_by_width(stages_->widths, insert,
                          [&](bool ins, const mirror::WidthStage& s, std::size_t width) {
-                           const span<const BlockDigest> digests(s.digests);
-                           if (s.group >= 0) {  // one group: the index's cheaper single-group call
-                             ins ? index_->insert(ns, s.group, digests, width)
-                                 : index_->erase(ns, s.group, digests, width);
-                           } else if (ins) {
-                             index_->insert(ns, span<const std::int32_t>(s.groups), digests, width);
-                           } else {
-                             index_->erase(ns, span<const std::int32_t>(s.groups), digests, width);
-                           }
+                           apply_stage(*index_, ins, ns, s, width);
                          });
 }
 
