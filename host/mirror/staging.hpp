@@ -13,7 +13,8 @@
 namespace prefixhit::mirror {
 
 /// Digest widths in the order they are applied.
-inline constexpr std::size_t kStageWidths[3] = {32, 16, 8};
+inline constexpr std::size_t kNumWidths = 3;
+inline constexpr std::size_t kStageWidths[kNumWidths] = {32, 16, 8};
 
 /// The keys of one width: `group` is their common group, -1 when they span several, -2 when
 /// there are none.
@@ -22,7 +23,7 @@ struct WidthStage {
   std::vector<BlockDigest> digests;
   int group = -2;
 };
-using WidthStages = std::array<WidthStage, 3>;
+using WidthStages = std::array<WidthStage, kNumWidths>;
 
 inline std::size_t width_slot(std::size_t width) {
   return width == 32 ? 0 : width == 16 ? 1 : 2;
@@ -50,7 +51,7 @@ template <class Apply>
 void apply_by_width(const WidthStages& stages, bool insert, const Apply& apply) {
   std::size_t done = 0;
   try {
-    for (; done < stages.size(); ++done) {
+    for (; done < kNumWidths; ++done) {
       if (stages[done].group != -2) {
         apply(insert, stages[done], kStageWidths[done]);
       }
