@@ -7,6 +7,9 @@
 //   BM_MirrorZmqIngest:  the same payloads from a local PUB socket (tcp loopback) through an
 //                        EventMirror (its two threads), timed from the first send until the
 //                        last sequence is applied.
+//   BM_IndexEraseBatch:  what the mirror's erase costs in the index alone: BlockIndex::erase of
+//                        1024 present keys (random digests) from an index of N keys, which are
+//                        put back untimed; N = 8K (the default table, in L3, as above) and 1M (out of cache).
 // docs/perf/mirror.md records the figures.
 #if defined(PREFIXHIT_BENCH_MIRROR)
 
@@ -18,6 +21,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -209,6 +214,32 @@ void BM_MirrorZmqIngest(benchmark::State& state) {
   state.SetItemsProcessed(hashes);
 }
 BENCHMARK(BM_MirrorZmqIngest)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_IndexEraseBatch(benchmark::State& state) {
+  const auto live = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t kBatch = 1024;
+  std::mt19937_64 rng(42);
+  std::vector<prefixhit::BlockDigest> keys(live);
+  for (prefixhit::BlockDigest& d : keys) {
+    for (int w = 0; w < 4; ++w) {
+      const std::uint64_t x = rng();
+      std::memcpy(d.bytes.data() + 8 * w, &x, 8);
+    }
+  }
+  prefixhit::BlockIndex index;
+  index.insert(0, 0, prefixhit::span<const prefixhit::BlockDigest>(keys));
+  std::size_t at = 0;
+  for (auto _ : state) {
+    const prefixhit::span<const prefixhit::BlockDigest> batch(keys.data() + at, kBatch);
+    benchmark::DoNotOptimize(index.erase(0, 0, batch));
+    state.PauseTiming();
+    index.insert(0, 0, batch);
+    at = (at + kBatch) % (live - kBatch + 1);
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
+}
+BENCHMARK(BM_IndexEraseBatch)->Arg(1 << 13)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -16,10 +16,18 @@ Flows, all on the same store and requests:
               vLLM's own: the ratios below are conservative.
   one-round   prefixhit.store.worker_lookups: the whole batch, deduplicated keys, ONE batch_is_exist
   multi-round the same with multi_round=True: full attention first, then only the keys read
+  mirror      mirror mode: no RPC at all. A resident BlockIndex is fed the same saved chunks
+              through an EventMirror from a local pyzmq PUB socket speaking vLLM's KV-event
+              format (BlockStored, 32-byte hashes, group_idx; the PyPI mooncake_master is built
+              without its event publisher, docs/perf/store.md), and the batch's worker lookups
+              run on it: find_longest_cache_hits over the whole batch, then again for the
+              requests whose hit reached num_tokens (vLLM's second lookup). Its hits must equal
+              the vLLM flow's, which asked the real master.
 
 Part 1 runs them against a real mooncake_master (started here on free loopback ports), part 2
 against an in-memory batch_is_exist (a Python set), for the worker-side lookup target (>= 20x).
 Run: python benchmarks/store_remote.py [--requests 64] [--tokens 131072] [--repeats 3]
+     [--no-mirror]
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import os
 import platform
 import random
 import statistics
+import struct
 import sys
 import time
 from pathlib import Path
@@ -125,7 +134,98 @@ def timed(fn, repeats: int):
     return out, min(times), statistics.median(times)
 
 
-def run_flows(label, coord, layout, exist_fn, requests, repeats, results):
+def saved_pairs(coord, hashes: list[bytes]) -> list[tuple[int, bytes]]:
+    """The (group, chunk digest) pairs of saved_keys, in the same order (one per chunk)."""
+    aligned = coord.align_lookup_length(len(hashes) * H)
+    masks = coord.store_mask(aligned, 0, len(hashes) * H)
+    pairs = []
+    for g, mask in enumerate(masks):
+        block = GROUPS[g]["block_size"]
+        chunk_keys = coord.chunk_keys(hashes, block)
+        pairs.extend((g, chunk_keys[j]) for j in range(aligned // block) if mask is None or mask[j])
+    return pairs
+
+
+def mirrored_index(pairs, per_event: int = 1024):
+    """A BlockIndex fed `pairs` by an EventMirror from a local PUB socket in vLLM's KV-event
+    format (tagged BlockStored maps, 32-byte hashes, 16 events per message). Returns the index,
+    the mirror's stats and the ingestion wall time (first send to last message applied)."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    index = prefixhit.BlockIndex()
+    mirror = prefixhit.EventMirror(index, [f"tcp://127.0.0.1:{port}"])
+    time.sleep(0.3)  # ZeroMQ's slow joiner: the subscription must reach the PUB socket first
+    by_group: dict[int, list[bytes]] = {}
+    for g, digest in pairs:
+        by_group.setdefault(g, []).append(digest)
+    events = []
+    for g, digests in sorted(by_group.items()):
+        for i in range(0, len(digests), per_event):
+            events.append({"type": "BlockStored", "block_hashes": digests[i:i + per_event],
+                           "parent_block_hash": None, "token_ids": [],
+                           "block_size": GROUPS[g]["block_size"], "lora_id": None,
+                           "medium": "GPU", "group_idx": g})
+    payloads = [msgpack.packb([time.time(), events[i:i + 16], 0])
+                for i in range(0, len(events), 16)]
+    t = time.perf_counter()
+    for seq, payload in enumerate(payloads):
+        pub.send_multipart([b"kv", struct.pack(">Q", seq), payload])
+    if not mirror.wait_for_seq(len(payloads) - 1, timeout=120.0):
+        raise SystemExit(f"the mirror did not catch up: {mirror.stats()}")
+    ingest_s = time.perf_counter() - t
+    mirror.stop()
+    pub.close()
+    ctx.term()
+    stats = mirror.stats()
+    assert stats["gaps"] == 0 and stats["malformed_events"] == 0, stats
+    return index, stats, ingest_s
+
+
+def mirror_lookups_flat(coord, index, digests, offsets, num_tokens) -> list[int]:
+    """vLLM's worker lookup for a flattened batch on a resident index, no RPC: one batched
+    find_longest_cache_hits, then one more for the requests whose hit reached num_tokens
+    (vLLM looks up again one token short). `digests`: a list of 32-byte bytes or a uint8
+    [n, 32] array."""
+    token_lens = [max(0, coord.align_lookup_length(t)) if offsets[r + 1] > offsets[r] else 0
+                  for r, t in enumerate(num_tokens)]
+    hits = [int(h) for h in
+            coord.find_longest_cache_hits(digests, offsets, token_lens, index).hit_lengths]
+    again = [r for r, t in enumerate(num_tokens) if token_lens[r] > 0 and hits[r] >= t]
+    if again:
+        usable = [max(0, coord.align_lookup_length(num_tokens[r] - 1)) for r in again]
+        parts = [digests[offsets[r]:offsets[r + 1]] for r in again]
+        sub_offsets = [0]
+        for part in parts:
+            sub_offsets.append(sub_offsets[-1] + len(part))
+        if isinstance(digests, list):
+            sub = [d for part in parts for d in part]
+        else:
+            import numpy as np
+
+            sub = np.concatenate(parts)
+        second = coord.find_longest_cache_hits(sub, sub_offsets, usable, index)
+        for k, r in enumerate(again):
+            hits[r] = int(second.hit_lengths[k]) if usable[k] > 0 else 0
+    return hits
+
+
+def mirror_worker_lookups(coord, index, requests) -> list[int]:
+    """The batch as vLLM's worker holds it (lists of bytes per request), flattened here."""
+    offsets = [0]
+    digests: list[bytes] = []
+    for _, hashes in requests:
+        digests.extend(hashes)
+        offsets.append(len(digests))
+    return mirror_lookups_flat(coord, index, digests, offsets, [t for t, _ in requests])
+
+
+def run_flows(label, coord, layout, exist_fn, requests, repeats, results, index=None):
     prefixes = [[p.rsplit("@", 1)[0] for p in layout.keys(g, b"\0" * 32)]
                 for g in range(len(GROUPS))]
     block_sizes = [g["block_size"] for g in GROUPS]
@@ -152,12 +252,26 @@ def run_flows(label, coord, layout, exist_fn, requests, repeats, results):
         got, best, med = timed(lambda m=multi: prefixhit_all(m), repeats)
         assert got[0] == ref[0], f"{label}: {name} disagrees with the vLLM flow"
         rows.append((name, got[1], got[2], best, med))
+    if index is not None:
+        got, best, med = timed(lambda: mirror_worker_lookups(coord, index, requests), repeats)
+        assert got == ref[0], f"{label}: mirror mode disagrees with the vLLM flow"
+        rows.append(("prefixhit mirror mode (resident index)", 0, 0, best, med))
+        import numpy as np
+
+        flat = np.frombuffer(b"".join(d for _, hs in requests for d in hs),
+                             dtype=np.uint8).reshape(-1, 32)
+        offsets = np.cumsum([0] + [len(hs) for _, hs in requests]).tolist()
+        tokens = [t for t, _ in requests]
+        got, best, med = timed(lambda: mirror_lookups_flat(coord, index, flat, offsets, tokens),
+                               repeats)
+        assert got == ref[0], f"{label}: mirror mode (array batch) disagrees with the vLLM flow"
+        rows.append(("prefixhit mirror mode, batch as one uint8 [n, 32] array", 0, 0, best, med))
     results[label] = rows
     print(f"\n{label}: {len(requests)} requests, hits {sorted(set(ref[0]))[:6]}...")
     print(f"| flow | keys asked | batch_is_exist calls | wall ms (best) | wall ms (median) | vs vLLM |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, keys, calls, best, med in rows:
-        print(f"| {name} | {keys} | {calls} | {best * 1e3:.1f} | {med * 1e3:.1f} | "
+        print(f"| {name} | {keys} | {calls} | {best * 1e3:.2f} | {med * 1e3:.2f} | "
               f"{rows[0][3] / best:.1f}x |")
 
 
@@ -169,6 +283,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("PREFIXHIT_SEED") or 0) or None)
     ap.add_argument("--skip-real", action="store_true", help="only the in-memory part")
+    ap.add_argument("--no-mirror", action="store_true", help="leave out mirror mode")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     rng = random.Random(seed)
@@ -193,6 +308,14 @@ def main() -> None:
     keys = list(dict.fromkeys(keys))
     print(f"store: {len(keys)} keys (the saves of {args.roots} whole prompts)")
     results: dict = {}
+    index = None
+    if not args.no_mirror and prefixhit.mirror_available():
+        pairs = list(dict.fromkeys(p for root in roots for p in saved_pairs(coord, root)))
+        index, mstats, ingest_s = mirrored_index(pairs)
+        print(f"mirror: {len(pairs)} chunks ({mstats['events_stored']} BlockStored events, "
+              f"{mstats['messages']} messages) ingested in {ingest_s * 1e3:.1f} ms "
+              f"({len(pairs) / ingest_s / 1e6:.2f}M hashes/s incl. the Python publisher), "
+              f"index keys {len(index)}")
 
     memory = set(keys)
 
@@ -210,14 +333,14 @@ def main() -> None:
                 assert rc == 0, f"put_batch failed: {rc}"
             print(f"put {len(keys)} keys into mooncake_master in {time.perf_counter() - t:.1f} s")
             run_flows(f"real mooncake_master, {args.requests} requests", coord, layout,
-                      store.batch_is_exist, requests, args.repeats, results)
+                      store.batch_is_exist, requests, args.repeats, results, index)
             run_flows("real mooncake_master, 1 request", coord, layout, store.batch_is_exist,
-                      requests[:1], args.repeats * 3, results)
+                      requests[:1], args.repeats * 3, results, index)
 
     run_flows(f"in-memory batch_is_exist, {args.requests} requests", coord, layout, memory_exist,
-              requests, args.repeats, results)
+              requests, args.repeats, results, index)
     run_flows("in-memory batch_is_exist, 1 request (the worker-side lookup)", coord, layout,
-              memory_exist, requests[:1], args.repeats * 5, results)
+              memory_exist, requests[:1], args.repeats * 5, results, index)
 
 
 if __name__ == "__main__":

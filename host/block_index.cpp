@@ -457,13 +457,52 @@ struct BlockIndex::Impl {
     return added;
   }
 
+  /// Erases the keys key_at(0 .. n-1) in order, as a software pipeline like lookup_stream's:
+  /// key i is hashed and its home bucket's tags prefetched (for writing), key i-kTagAhead's
+  /// tags are matched and its first candidate slot prefetched, and key i-kLead is found and
+  /// erased. The last stage re-reads the tags and probes exactly as find() does, so an erase
+  /// earlier in the batch (a duplicate key, a bucket turned full of tombstones) is always seen:
+  /// the earlier stages only warm the cache, they decide nothing.
   template <class KeyAt>
   std::size_t erase_many(std::size_t n, const KeyAt& key_at) {
+    constexpr std::size_t kTagAhead = 10;
+    constexpr std::size_t kSlotAhead = 10;
+    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
+    constexpr std::size_t kRing = 32;  // > kLead, a power of two
+    static_assert(kLead < kRing, "ring too small");
+    struct Pending {
+      SlotKey key;
+      SlotPlace place;
+    };
+    Pending ring[kRing];
     std::unique_lock<std::shared_mutex> lock(mutex);
     std::size_t removed = 0;
     std::uint8_t* tags = table.tags.get();
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t found = find(key_at(i));
+    const std::uint32_t* metas = table.metas.get();
+    const BlockDigest* digests = table.digests.get();
+    for (std::size_t i = 0; i < n + kLead; ++i) {
+      if (i < n) {
+        Pending& p = ring[i % kRing];
+        p.key = key_at(i);
+        p.place = place(p.key);
+        __builtin_prefetch(tags + (p.place.bucket << kBucketShift), 1, 3);
+      }
+      if (i >= kTagAhead && i - kTagAhead < n) {
+        const Pending& p = ring[(i - kTagAhead) % kRing];
+        const std::uint64_t base = p.place.bucket << kBucketShift;
+        const std::uint32_t candidates = match_tags(tags + base, p.place.tag);
+        if (candidates != 0) {
+          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(candidates));
+          prefetch(digests + slot);
+          prefetch(metas + slot);
+        }
+      }
+      if (i < kLead) {
+        continue;
+      }
+      const Pending& p = ring[(i - kLead) % kRing];
+      const std::int64_t found =
+          detail::find_slot(tags, metas, digests, table.bucket_mask, p.key, p.place);
       if (found < 0) {
         continue;
       }

@@ -1,6 +1,6 @@
-// `prefixhit mirror ENDPOINT...`: runs an EventMirror into a resident BlockIndex, prints its
-// statistics periodically, optionally saves the index every S seconds, and on SIGINT/SIGTERM
-// saves once more and exits 0.
+// `prefixhit mirror ENDPOINT...`: runs an EventMirror into a resident index (a CPU BlockIndex, or
+// with --backend gpu a DeviceBlockIndex), prints its statistics periodically, optionally saves
+// the (CPU) index every S seconds, and on SIGINT/SIGTERM saves once more and exits 0.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -13,8 +13,10 @@
 
 #include "host/cli/commands.hpp"
 #include "prefixhit/block_index.hpp"
+#include "prefixhit/device_block_index.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/event_mirror.hpp"
+#include "prefixhit/gpu.hpp"
 #include "prefixhit/index_file.hpp"
 
 namespace prefixhit::cli {
@@ -24,6 +26,7 @@ namespace {
 struct MirrorCliOptions {
   std::vector<std::string> endpoints;
   std::string format = "vllm";
+  std::string backend = "cpu";
   std::vector<std::string> replay;
   std::uint32_t ns = 0;
   std::string topic;
@@ -90,16 +93,29 @@ int run_mirror(const MirrorCliOptions& o) {
   options.cache_prefix = o.cache_prefix;
 
   BlockIndex index;
-  BlockIndexSink sink(index);
+  std::unique_ptr<DeviceBlockIndex> device_index;
+  std::unique_ptr<MirrorSink> sink;
+  if (o.backend == "gpu") {
+    if (!o.save.empty()) {
+      throw InvalidArgument("--save needs --backend cpu (a device index is not saved to a file)");
+    }
+    if (!gpu::device_available()) {
+      throw Unavailable("--backend gpu: no usable GPU (" + gpu::describe_device() + ")");
+    }
+    device_index = std::make_unique<DeviceBlockIndex>();
+    sink = std::make_unique<DeviceBlockIndexSink>(*device_index);
+  } else {
+    sink = std::make_unique<BlockIndexSink>(index);
+  }
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  EventMirror mirror(sink, options);
+  EventMirror mirror(*sink, options);
   std::cout << "mirroring " << o.endpoints.size() << " endpoint(s), format " << o.format
-            << ", namespace " << o.ns;
+            << ", namespace " << o.ns << ", " << o.backend << " index";
   if (!o.replay.empty()) {
     std::cout << ", replay " << o.replay.front() << (o.replay.size() > 1 ? ", ..." : "");
   }
@@ -145,6 +161,11 @@ void add_mirror_command(CLI::App& app) {
   cmd->add_option("--format", o->format,
                   "vllm (vLLM KV events) or mooncake (Mooncake master events)")
       ->check(CLI::IsMember({"vllm", "mooncake"}))
+      ->capture_default_str();
+  cmd->add_option("--backend", o->backend,
+                  "cpu (a BlockIndex, which --save can write) or gpu (a DeviceBlockIndex on the "
+                  "current device)")
+      ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
   cmd->add_option("--replay", o->replay,
                   "Replay (ROUTER) endpoint of each ENDPOINT, in order; gaps without one resync");

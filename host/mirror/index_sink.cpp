@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "host/mirror/staging.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/event_mirror.hpp"
 
@@ -20,85 +21,41 @@ BlockDigest to_index_digest(const EventKey& key) noexcept {
   return d;
 }
 
+struct BlockIndexSink::Stages {
+  mirror::WidthStages widths;
+};
+
+BlockIndexSink::BlockIndexSink(BlockIndex& index)
+    : index_(&index), stages_(std::make_unique<Stages>()) {}
+BlockIndexSink::~BlockIndexSink() = default;
+
 namespace {
 
-/// Fills `digests` (and `groups`, unless every key has the same group) with the keys of width
-/// `width`; returns that group, -1 when the keys span several groups, or -2 when no key has the
-/// width.
-int stage(span<const EventKey> keys, std::size_t width, std::vector<std::int32_t>& groups,
-          std::vector<BlockDigest>& digests) {
-  digests.clear();
-  groups.clear();
-  digests.reserve(keys.size());
-  groups.reserve(keys.size());
-  int group = -2;
-  for (const EventKey& key : keys) {
-    if (key.digest_size != width) {
-      continue;
+/// One index call for the staged keys of one width.
+void apply_stage(BlockIndex& index, bool insert, Namespace ns, const mirror::WidthStage& s,
+                 std::size_t width) {
+  const span<const BlockDigest> digests(s.digests);
+  if (s.group >= 0) {  // one group: the index's cheaper single-group call
+    if (insert) {
+      index.insert(ns, s.group, digests, width);
+    } else {
+      index.erase(ns, s.group, digests, width);
     }
-    digests.push_back(to_index_digest(key));
-    groups.push_back(key.group_id);
-    group = group == -2 || group == key.group_id ? key.group_id : -1;
+  } else if (insert) {
+    index.insert(ns, span<const std::int32_t>(s.groups), digests, width);
+  } else {
+    index.erase(ns, span<const std::int32_t>(s.groups), digests, width);
   }
-  return group;
-}
-
-constexpr std::size_t kWidths[] = {32, 16, 8};
-
-/// Bit w/8 set for each width present: a batch usually has one width, staged in one pass.
-unsigned widths_in(span<const EventKey> keys) {
-  unsigned bits = 0;
-  for (const EventKey& key : keys) {
-    bits |= 1U << (key.digest_size / 8U);
-  }
-  return bits;
 }
 
 }  // namespace
 
 void BlockIndexSink::apply(bool insert, Namespace ns, span<const EventKey> keys) {
-  const unsigned present = widths_in(keys);
-  std::size_t done = 0;  // widths applied, in kWidths order
-  try {
-    for (const std::size_t width : kWidths) {  // one call to the index per width
-      if ((present & (1U << (width / 8U))) != 0) {
-        apply_width(insert, ns, keys, width);
-      }
-      ++done;
-    }
-  } catch (...) {
-    // All or nothing across widths: the keys changed presence, so the opposite call on the
-    // widths already applied restores them.
-    for (std::size_t w = 0; w < done; ++w) {
-      if ((present & (1U << (kWidths[w] / 8U))) != 0) {
-        try {
-          apply_width(!insert, ns, keys, kWidths[w]);
-        } catch (...) {  // nothing more can be done; the original error is what matters
-        }
-      }
-    }
-    throw;
-  }
-}
-
-void BlockIndexSink::apply_width(bool insert, Namespace ns, span<const EventKey> keys,
-                                 std::size_t width) {
-  const int group = stage(keys, width, groups_, digests_);
-  if (group >= 0) {
-    if (insert) {
-      index_->insert(ns, group, span<const BlockDigest>(digests_), width);
-    } else {
-      index_->erase(ns, group, span<const BlockDigest>(digests_), width);
-    }
-  } else if (group == -1) {
-    if (insert) {
-      index_->insert(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
-                     width);
-    } else {
-      index_->erase(ns, span<const std::int32_t>(groups_), span<const BlockDigest>(digests_),
-                    width);
-    }
-  }
+  mirror::stage_by_width(keys, stages_->widths);
+  mirror::apply_by_width(stages_->widths, insert,
+                         [&](bool ins, const mirror::WidthStage& s, std::size_t width) {
+                           apply_stage(*index_, ins, ns, s, width);
+                         });
 }
 
 const char* to_string(EventFormat format) noexcept {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,7 +19,12 @@
 #include "prefixhit/store_keys.hpp"
 #include "prefixhit/types.hpp"
 
+// Identical to the CUDA runtime's own declaration (cudaStream_t is CUstream_st*).
+struct CUstream_st;
+
 namespace prefixhit {
+
+class DeviceBlockIndex;  // device_block_index.hpp
 
 /// Whether this build has the event mirror (ZeroMQ and msgpack-cxx were found).
 bool mirror_available() noexcept;
@@ -73,8 +79,12 @@ BlockDigest to_index_digest(const EventKey& key) noexcept;
 /// for lookups from any thread while the mirror writes (BlockIndex is thread-safe).
 class BlockIndexSink final : public MirrorSink {
  public:
-  explicit BlockIndexSink(BlockIndex& index) : index_(&index) {}
-  /// One index call per digest width present; all or nothing across widths.
+  explicit BlockIndexSink(BlockIndex& index);
+  ~BlockIndexSink() override;
+  BlockIndexSink(const BlockIndexSink&) = delete;
+  BlockIndexSink& operator=(const BlockIndexSink&) = delete;
+  /// Stages the keys in one pass, then one index call per digest width present; all or
+  /// nothing across widths.
   void insert(Namespace ns, span<const EventKey> keys) override { apply(true, ns, keys); }
   void erase(Namespace ns, span<const EventKey> keys) override { apply(false, ns, keys); }
   std::size_t size() const override { return index_->size(); }
@@ -82,12 +92,40 @@ class BlockIndexSink final : public MirrorSink {
   bool may_refuse() const override { return index_->options().max_capacity != 0; }
 
  private:
+  struct Stages;  // reused staging buffers (host/mirror/staging.hpp)
   void apply(bool insert, Namespace ns, span<const EventKey> keys);
-  void apply_width(bool insert, Namespace ns, span<const EventKey> keys, std::size_t width);
 
   BlockIndex* index_;
-  std::vector<std::int32_t> groups_;
-  std::vector<BlockDigest> digests_;
+  std::unique_ptr<Stages> stages_;
+};
+
+/// A sink over a GPU DeviceBlockIndex (borrowed; it must outlive the sink), the mirror's index
+/// where a GPU is present. The same batched calls as BlockIndexSink: the keys are staged on the
+/// host in one pass, copied into device buffers the sink owns, and applied with the index's
+/// synchronous insert/erase on `stream`, one call per digest width, all or nothing.
+///
+/// A DeviceBlockIndex is not internally synchronised: code that uses the index (its calls, or
+/// kernels on its ref()) while a mirror writes must hold lock() meanwhile, and order its own
+/// work on the index before releasing it. Throws Unavailable in builds without CUDA; CudaError
+/// when device memory for staging cannot be had (nothing applied then).
+class DeviceBlockIndexSink final : public MirrorSink {
+ public:
+  explicit DeviceBlockIndexSink(DeviceBlockIndex& index, CUstream_st* stream = nullptr);
+  ~DeviceBlockIndexSink() override;
+  DeviceBlockIndexSink(const DeviceBlockIndexSink&) = delete;
+  DeviceBlockIndexSink& operator=(const DeviceBlockIndexSink&) = delete;
+  void insert(Namespace ns, span<const EventKey> keys) override;
+  void erase(Namespace ns, span<const EventKey> keys) override;
+  /// The index's size (synchronises the stream).
+  std::size_t size() const override;
+  /// Only an index with a max_capacity refuses inserts.
+  bool may_refuse() const override;
+  /// Holds the mirror's writes off the index while the returned lock lives.
+  std::unique_lock<std::mutex> lock() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// A Mooncake object key parsed back: [{cache_prefix}@]{model}@tp_rank:{t}@pcp{p}@dcp{d}@

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -69,7 +69,7 @@ def _wait_listening(port: int, proc: subprocess.Popen, timeout: float) -> None:
 class MooncakeMaster:
     """A mooncake_master process on free loopback ports."""
 
-    def __init__(self, lease_ttl_ms: int = 200) -> None:
+    def __init__(self, lease_ttl_ms: int = 200, extra_args: Sequence[str] = ()) -> None:
         binary = master_binary()
         assert binary is not None
         self.rpc_port = free_port()
@@ -88,6 +88,7 @@ class MooncakeMaster:
                 f"-metrics_port={self.metrics_port}",
                 # A short lease, so that the tests can remove what they just put.
                 f"-default_kv_lease_ttl={lease_ttl_ms}",
+                *extra_args,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -131,9 +132,12 @@ class MooncakeMaster:
 
 
 @contextlib.contextmanager
-def running_store(lease_ttl_ms: int = 200) -> Iterator[tuple[MooncakeMaster, object]]:
-    """A master and one connected client; both closed on exit."""
-    master = MooncakeMaster(lease_ttl_ms)
+def running_store(
+    lease_ttl_ms: int = 200, extra_args: Sequence[str] = ()
+) -> Iterator[tuple[MooncakeMaster, object]]:
+    """A master (with `extra_args` on its command line) and one connected client; both closed
+    on exit."""
+    master = MooncakeMaster(lease_ttl_ms, extra_args)
     store = None
     try:
         store = master.client()
