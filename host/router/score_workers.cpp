@@ -3,12 +3,19 @@
 // The shared finders (detail/finders.hpp) run unchanged, once per *class* of workers, through a
 // Probe that answers from a per-request memo: (spec group, hash index) -> the bitset of workers
 // holding that key in every member group. Each key is read from the residency index once per
-// request. A class starts as every worker; the first probed key on which the class disagrees
-// stops the run (the probe answers "absent" from then on and the result is discarded) and splits
-// the class into "holds it" and "does not"; both halves re-run from scratch over the memo.
-// Workers of a final class saw identical existence bits on every probe, so the deterministic
-// finders give each of them the same result as its own single-store lookup. Cost: index reads
-// grow with the distinct probed keys; bit work with probes x final classes x words.
+// request.
+//
+// 1. When spec group 0 is full attention, one walk down its block chain with a running AND of
+//    worker sets gives every worker's full-attention stop (where its bit first drops): workers
+//    with the same stop form the first classes, so the long walk is read once, not per class.
+//    A class then answers that chain from its stop (no memo, no bit work per block).
+// 2. Every other probed key is answered from the memo. The first key on which a class disagrees
+//    stops its run (the probe answers what ends each scan soonest and the result is discarded)
+//    and splits the class into "holds it" and "does not"; both halves re-run. Workers of a final
+//    class saw identical existence bits on every probe, so the deterministic finders give each
+//    the same result as its own single-store lookup.
+// Cost: index reads grow with the distinct probed keys; bit work with the window probes of the
+// final classes (short scans near each class's bound), not with probes x workers.
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -30,29 +37,38 @@ namespace {
 
 using Impl = ResidencyIndex::Impl;
 
-/// Per-thread memo storage, reused across requests (epoch-stamped, so never cleared).
+/// What a class knows of spec group 0's full-attention chain (hash indices s-1, 2s-1, ...):
+/// a key at hash index i < known is held by every member iff i < stop.
+struct ChainAnswer {
+  std::int64_t stop = 0;
+  std::int64_t known = 0;
+};
+
+/// Per-thread storage, reused across requests (the memo is epoch-tagged, so never cleared).
 struct Scratch {
-  std::vector<std::uint32_t> stamp;  ///< [sg * n + index]: epoch when memoised
-  std::vector<std::uint32_t> slot;   ///< [sg * n + index]: offset / words into pool
-  std::vector<std::uint64_t> pool;
-  std::size_t pool_used = 0;
+  std::vector<std::uint64_t> memo;  ///< [sg * n + index]: (epoch << 32) | pool entry
   std::uint32_t epoch = 0;
-  std::vector<std::uint64_t> stack;  ///< pending classes, words each
+  std::vector<std::uint64_t> pool;  ///< worker sets read, `words` each
+  std::size_t pool_used = 0;
+  std::vector<std::uint64_t> stack;  ///< pending classes, `words` each
+  std::vector<ChainAnswer> stack_chain;
   std::vector<std::uint64_t> tmp;
+  std::vector<std::uint64_t> run;  ///< the chain walk's running AND
 
   void start(std::size_t entries, std::size_t words) {
-    if (stamp.size() < entries) {
-      stamp.assign(entries, 0);
-      slot.resize(entries);
+    if (memo.size() < entries) {
+      memo.assign(entries, 0);
       epoch = 0;
     }
     if (++epoch == 0) {
-      std::fill(stamp.begin(), stamp.end(), 0);
+      std::fill(memo.begin(), memo.end(), 0);
       epoch = 1;
     }
     pool_used = 0;
     stack.clear();
+    stack_chain.clear();
     tmp.assign(words, 0);
+    run.assign(words, 0);
   }
 };
 
@@ -72,7 +88,9 @@ struct ClassProbe {
   std::uint32_t tier_mask;
   std::size_t words;
   Scratch* scratch;
+  std::int64_t chain_step = 0;  ///< spec group 0's hashes per block when its chain was walked
   const std::uint64_t* cls = nullptr;
+  ChainAnswer chain{};
   mutable bool split = false;
   mutable std::size_t split_at = 0;  ///< pool offset of the disagreeing key's worker set
   mutable std::int64_t bad_digest = -1;
@@ -88,18 +106,27 @@ struct ClassProbe {
     return true;
   }
 
+  std::size_t entry(int sg, std::int64_t idx) const {
+    return static_cast<std::size_t>(sg) * static_cast<std::size_t>(n) +
+           static_cast<std::size_t>(idx);
+  }
   bool memoised(int sg, std::int64_t idx) const {
-    return scratch->stamp[static_cast<std::size_t>(sg) * static_cast<std::size_t>(n) +
-                          static_cast<std::size_t>(idx)] == scratch->epoch;
+    return (scratch->memo[entry(sg, idx)] >> 32) == scratch->epoch;
+  }
+
+  void prefetch(int sg, std::int64_t idx) const {
+    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+    for (int m = 0; m < spec.num_members; ++m) {
+      index->prefetch(hashes[idx], metas[plan->members[spec.first_member + m]]);
+    }
   }
 
   /// Pool offset of the worker set of (sg, idx), reading the index on the first ask.
   std::size_t memo(int sg, std::int64_t idx) const {
     Scratch& s = *scratch;
-    const auto e =
-        static_cast<std::size_t>(sg) * static_cast<std::size_t>(n) + static_cast<std::size_t>(idx);
-    if (s.stamp[e] == s.epoch) {
-      return static_cast<std::size_t>(s.slot[e]) * words;
+    std::uint64_t& tag = s.memo[entry(sg, idx)];
+    if ((tag >> 32) == s.epoch) {
+      return static_cast<std::size_t>(tag & 0xFFFFFFFFU) * words;
     }
     if (s.pool.size() < s.pool_used + words) {
       s.pool.resize(std::max(s.pool.size() * 2, s.pool_used + words));
@@ -129,9 +156,8 @@ struct ClassProbe {
       }
     }
     ++reads;
-    s.stamp[e] = s.epoch;
     // words >= 1: a residency index has at least one worker (checked when it is built).
-    s.slot[e] = static_cast<std::uint32_t>(at / words);  // NOLINT(clang-analyzer-core.DivideZero)
+    tag = (std::uint64_t{s.epoch} << 32) | (at / words);  // NOLINT(clang-analyzer-core.DivideZero)
     return at;
   }
 
@@ -145,20 +171,26 @@ struct ClassProbe {
     if (split) {
       return void_answer(step, count);
     }
+    probes += static_cast<std::size_t>(count);
+    // Spec group 0's full-attention walk (forward, one block per step, on block ends): known
+    // from the chain walk, as far as it went.
+    if (sg == 0 && step == chain_step && step > 0 && (first + 1) % step == 0 &&
+        first + (count - 1) * step < chain.known) {
+      std::uint64_t bits = 0;
+      for (int k = 0; k < count && first + k * step < chain.stop; ++k) {
+        bits |= std::uint64_t{1} << k;
+      }
+      return bits;
+    }
     if (!memoised(sg, first)) {
-      const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
       for (int k = 1; k <= kPrefetch; ++k) {
         const std::int64_t idx = first + k * step;
-        if (idx < 0 || idx >= n || memoised(sg, idx)) {
-          continue;
-        }
-        for (int m = 0; m < spec.num_members; ++m) {
-          index->prefetch(hashes[idx], metas[plan->members[spec.first_member + m]]);
+        if (idx >= 0 && idx < n && !memoised(sg, idx)) {
+          prefetch(sg, idx);
         }
       }
     }
     std::uint64_t bits = 0;
-    probes += static_cast<std::size_t>(count);
     for (int k = 0; k < count; ++k) {
       const std::size_t at = memo(sg, first + k * step);
       const std::uint64_t* m = scratch->pool.data() + at;
@@ -178,6 +210,62 @@ struct ClassProbe {
       }
     }
     return bits;
+  }
+
+  void push_class(const std::uint64_t* bits, ChainAnswer answer) const {
+    scratch->stack.insert(scratch->stack.end(), bits, bits + words);
+    scratch->stack_chain.push_back(answer);
+  }
+
+  /// Walks spec group 0's full-attention chain once with a running AND over `all` workers and
+  /// pushes one class per distinct stop (the block where the workers' bits drop). Reads only
+  /// blocks some worker's own walk reads: up to the bound of spec group 0's first finder call.
+  /// Returns false (nothing pushed) when spec group 0 is not full attention.
+  bool walk_chain(std::int64_t max_length, bool apply_eagle, const std::uint64_t* all) {
+    if (plan->num_spec_groups < 1 || plan->spec_groups[0].finder != FinderKind::full_attention ||
+        !detail::max_length_in_range(n, max_length)) {
+      return false;
+    }
+    const detail::SpecGroupPlan& spec = plan->spec_groups[0];
+    const bool drop = apply_eagle && spec.use_eagle;
+    const std::int64_t bound =
+        plan->num_spec_groups == 1
+            ? max_length
+            : detail::fixed_point_bound(*plan, spec, n, max_length, max_length, drop);
+    const std::int64_t s = spec.block_size / plan->hash_block_size;
+    const std::int64_t blocks = detail::full_attention_max_blocks(*plan, 0, n, bound);
+    chain_step = s;
+    std::uint64_t* run = scratch->run.data();
+    std::copy(all, all + words, run);
+    std::uint64_t* dropped = scratch->tmp.data();
+    constexpr std::int64_t kAhead = 16;
+    for (std::int64_t j = 0; j < std::min(blocks, kAhead); ++j) {
+      prefetch(0, j * s + s - 1);
+    }
+    std::int64_t j = 0;
+    for (; j < blocks; ++j) {
+      if (j + kAhead < blocks) {
+        prefetch(0, (j + kAhead) * s + s - 1);
+      }
+      const std::size_t at = memo(0, j * s + s - 1);  // may grow the pool: read it after
+      const std::uint64_t* held = scratch->pool.data() + at;
+      bool any_dropped = false;
+      bool any_left = false;
+      for (std::size_t w = 0; w < words; ++w) {
+        dropped[w] = run[w] & ~held[w];
+        run[w] &= held[w];
+        any_dropped = any_dropped || dropped[w] != 0;
+        any_left = any_left || run[w] != 0;
+      }
+      if (any_dropped) {
+        push_class(dropped, ChainAnswer{j * s, (j + 1) * s});
+      }
+      if (!any_left) {
+        return true;
+      }
+    }
+    push_class(run, ChainAnswer{blocks * s, blocks * s});
+    return true;
   }
 };
 
@@ -236,6 +324,7 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
       [&](std::size_t begin, std::size_t end) {
         thread_local Scratch scratch;  // reused across calls: no per-call zeroing of the memo
         std::vector<std::uint64_t> cls(words);
+        std::vector<std::uint64_t> all(words);
         GroupHit hits[kMaxGroups];
         std::size_t local_classes = 0;
         std::size_t local_reads = 0;
@@ -252,16 +341,22 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
                              n,     metas,   options.tier_mask,
                              words, &scratch};
             // The first class: every worker.
-            scratch.stack.assign(words, ~std::uint64_t{0});
+            std::fill(all.begin(), all.end(), ~std::uint64_t{0});
             if (nw % 64 != 0) {
-              scratch.stack[words - 1] = (std::uint64_t{1} << (nw % 64)) - 1;
+              all[words - 1] = (std::uint64_t{1} << (nw % 64)) - 1;
             }
             const std::shared_lock lock(index.mutex);
+            if (!probe.walk_chain(batch.max_lengths[i], eagle, all.data())) {
+              probe.push_class(all.data(), ChainAnswer{});
+            }
             while (!scratch.stack.empty() && errors[i] == ErrorKind::ok) {
               std::copy(scratch.stack.end() - static_cast<std::ptrdiff_t>(words),
                         scratch.stack.end(), cls.begin());
               scratch.stack.resize(scratch.stack.size() - words);
+              const ChainAnswer chain = scratch.stack_chain.back();
+              scratch.stack_chain.pop_back();
               probe.cls = cls.data();
+              probe.chain = chain;
               probe.split = false;
               std::int64_t hit_length = 0;
               const ErrorKind err = detail::find_longest_cache_hit(plan, n, batch.max_lengths[i],
@@ -273,6 +368,7 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
                     const std::uint64_t m = scratch.pool[probe.split_at + w];
                     scratch.stack.push_back(cls[w] & (half == 0 ? m : ~m));
                   }
+                  scratch.stack_chain.push_back(chain);
                 }
                 continue;
               }
