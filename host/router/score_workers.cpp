@@ -96,6 +96,9 @@ struct ClassProbe {
   mutable std::int64_t bad_digest = -1;
   mutable std::size_t reads = 0;   ///< keys read from the index (memo misses)
   mutable std::size_t probes = 0;  ///< keys answered to the finders
+  mutable int pf_sg = -1;          ///< the scan prefetch_ahead last served, and where it is
+  mutable std::int64_t pf_step = 0;
+  mutable std::int64_t pf_next = 0;
 
   bool fits(const BlockDigest& d) const {
     for (auto b = static_cast<std::size_t>(plan->digest_size); b < BlockDigest::kSize; ++b) {
@@ -112,6 +115,38 @@ struct ClassProbe {
   }
   bool memoised(int sg, std::int64_t idx) const {
     return (scratch->memo[entry(sg, idx)] >> 32) == scratch->epoch;
+  }
+
+  /// Starts loading the digest of hashes[idx] (stage 1: the request's hashes are read sparsely,
+  /// so they miss too; the slot prefetch of stage 2 needs the digest to hash it).
+  void prefetch_digest(std::int64_t idx) const { __builtin_prefetch(hashes + idx); }
+
+  /// Prefetches the slots of the next kPrefetch keys of a scan (and the digests of the
+  /// kPrefetch after them), issuing only what the same scan has not prefetched yet.
+  void prefetch_ahead(int sg, std::int64_t first, std::int64_t step) const {
+    int from = 1;
+    if (sg == pf_sg && step == pf_step && step != 0) {
+      const std::int64_t q = (pf_next - first) / step;
+      if (q >= 1 && q <= kPrefetch + 1 && first + q * step == pf_next) {
+        from = static_cast<int>(q);
+      }
+    }
+    for (int k = from; k <= kPrefetch; ++k) {
+      const std::int64_t idx = first + k * step;
+      if (idx < 0 || idx >= n) {
+        break;
+      }
+      if (!memoised(sg, idx)) {
+        prefetch(sg, idx);
+      }
+      const std::int64_t far = idx + kPrefetch * step;
+      if (far >= 0 && far < n) {
+        prefetch_digest(far);
+      }
+    }
+    pf_sg = sg;
+    pf_step = step;
+    pf_next = first + (kPrefetch + 1) * step;
   }
 
   void prefetch(int sg, std::int64_t idx) const {
@@ -183,12 +218,7 @@ struct ClassProbe {
       return bits;
     }
     if (!memoised(sg, first)) {
-      for (int k = 1; k <= kPrefetch; ++k) {
-        const std::int64_t idx = first + k * step;
-        if (idx >= 0 && idx < n && !memoised(sg, idx)) {
-          prefetch(sg, idx);
-        }
-      }
+      prefetch_ahead(sg, first, step);
     }
     std::uint64_t bits = 0;
     for (int k = 0; k < count; ++k) {
@@ -238,12 +268,19 @@ struct ClassProbe {
     std::uint64_t* run = scratch->run.data();
     std::copy(all, all + words, run);
     std::uint64_t* dropped = scratch->tmp.data();
-    constexpr std::int64_t kAhead = 16;
+    // Two-stage software pipeline: digests kDigestAhead blocks ahead, slots kAhead ahead.
+    constexpr std::int64_t kAhead = 12;
+    constexpr std::int64_t kDigestAhead = 32;
+    for (std::int64_t j = 0; j < std::min(blocks, kDigestAhead); ++j) {
+      prefetch_digest(j * s + s - 1);
+    }
     for (std::int64_t j = 0; j < std::min(blocks, kAhead); ++j) {
       prefetch(0, j * s + s - 1);
     }
-    std::int64_t j = 0;
-    for (; j < blocks; ++j) {
+    for (std::int64_t j = 0; j < blocks; ++j) {
+      if (j + kDigestAhead < blocks) {
+        prefetch_digest((j + kDigestAhead) * s + s - 1);
+      }
       if (j + kAhead < blocks) {
         prefetch(0, (j + kAhead) * s + s - 1);
       }
@@ -265,7 +302,41 @@ struct ClassProbe {
       }
     }
     push_class(run, ChainAnswer{blocks * s, blocks * s});
+    prefetch_window_scans(apply_eagle);
     return true;
+  }
+
+  /// Each class's window scans start near its full-attention length: prefetch those keys for
+  /// every class at once (digests, then slots), so their misses overlap instead of coming one
+  /// scan at a time. A hint only: the finders still read exactly what they read.
+  void prefetch_window_scans(bool apply_eagle) const {
+    constexpr int kMaxPrefetches = 4096;
+    const std::int64_t h = plan->hash_block_size;
+    for (int stage = 0; stage < 2; ++stage) {
+      int issued = 0;
+      for (const ChainAnswer& c : scratch->stack_chain) {
+        const std::int64_t len = c.stop * h;  // tokens of the class's full-attention blocks
+        for (int k = 1; k < plan->num_spec_groups && issued < kMaxPrefetches; ++k) {
+          const detail::SpecGroupPlan& spec = plan->spec_groups[k];
+          if (spec.finder != FinderKind::sliding_window || len <= 0) {
+            continue;
+          }
+          const std::int64_t b = spec.block_size;
+          const std::int64_t sk = b / h;
+          const bool drop = apply_eagle && spec.use_eagle;
+          const std::int64_t total = std::min((len + (drop ? b : 0)) / b, n / sk);
+          const std::int64_t need = (spec.window - 1 + b - 1) / b + 1 + (drop ? 1 : 0);
+          for (std::int64_t i = total - 1; i >= 0 && i >= total - need; --i, ++issued) {
+            const std::int64_t idx = (i + 1) * sk - 1;
+            if (stage == 0) {
+              prefetch_digest(idx);
+            } else if (!memoised(k, idx)) {
+              prefetch(k, idx);
+            }
+          }
+        }
+      }
+    }
   }
 };
 
