@@ -54,6 +54,10 @@ struct Scratch {
   std::vector<ChainAnswer> stack_chain;
   std::vector<std::uint64_t> tmp;
   std::vector<std::uint64_t> run;  ///< the chain walk's running AND
+  std::vector<int> g_sg;           ///< gather_window_scans: the keys, their hashes and sets
+  std::vector<std::int64_t> g_idx;
+  std::vector<std::uint64_t> g_hash;
+  std::vector<std::uint32_t> g_set;
 
   void start(std::size_t entries, std::size_t words) {
     if (memo.size() < entries) {
@@ -170,6 +174,9 @@ struct ClassProbe {
     s.pool_used += words;
     std::uint64_t* out = s.pool.data() + at;
     const BlockDigest& key = hashes[idx];
+    ++reads;
+    // words >= 1: a residency index has at least one worker (checked when it is built).
+    tag = (std::uint64_t{s.epoch} << 32) | (at / words);  // NOLINT(clang-analyzer-core.DivideZero)
     if (plan->digest_size < static_cast<std::int32_t>(BlockDigest::kSize) && !fits(key)) {
       if (bad_digest < 0 || idx < bad_digest) {
         bad_digest = idx;
@@ -190,10 +197,23 @@ struct ClassProbe {
         }
       }
     }
+    return at;
+  }
+
+  /// Memoises (sg, idx) as held by the workers of `set` (a single-member spec group's key).
+  void store(int sg, std::int64_t idx, std::uint32_t set) const {
+    Scratch& s = *scratch;
+    if (s.pool.size() < s.pool_used + words) {
+      s.pool.resize(std::max(s.pool.size() * 2, s.pool_used + words));
+    }
+    const std::size_t at = s.pool_used;
+    s.pool_used += words;
+    std::uint64_t* out = s.pool.data() + at;
+    std::fill(out, out + words, 0);
+    index->fold_workers(set, tier_mask, out);
     ++reads;
     // words >= 1: a residency index has at least one worker (checked when it is built).
-    tag = (std::uint64_t{s.epoch} << 32) | (at / words);  // NOLINT(clang-analyzer-core.DivideZero)
-    return at;
+    s.memo[entry(sg, idx)] = (std::uint64_t{s.epoch} << 32) | (at / words);  // NOLINT
   }
 
   /// Once the class has split, the run is void: answer what ends each scan soonest (a forward
@@ -302,38 +322,89 @@ struct ClassProbe {
       }
     }
     push_class(run, ChainAnswer{blocks * s, blocks * s});
-    prefetch_window_scans(apply_eagle);
+    gather_window_scans(apply_eagle);
     return true;
   }
 
-  /// Each class's window scans start near its full-attention length: prefetch those keys for
-  /// every class at once (digests, then slots), so their misses overlap instead of coming one
-  /// scan at a time. A hint only: the finders still read exactly what they read.
-  void prefetch_window_scans(bool apply_eagle) const {
-    constexpr int kMaxPrefetches = 4096;
+  /// Each class's window scans start near its full-attention length. Reads those keys for every
+  /// class at once, as a software pipeline (digest, then slot, then worker set, each a few keys
+  /// ahead), so their cache misses overlap instead of coming one scan at a time. A guess: keys
+  /// it reads that no finder asks for cost time only (a key of the wrong width is left for the
+  /// finder's own read, which reports it).
+  void gather_window_scans(bool apply_eagle) const {
+    constexpr std::size_t kMaxGather = 4096;
+    Scratch& sc = *scratch;
+    sc.g_sg.clear();
+    sc.g_idx.clear();
     const std::int64_t h = plan->hash_block_size;
-    for (int stage = 0; stage < 2; ++stage) {
-      int issued = 0;
-      for (const ChainAnswer& c : scratch->stack_chain) {
-        const std::int64_t len = c.stop * h;  // tokens of the class's full-attention blocks
-        for (int k = 1; k < plan->num_spec_groups && issued < kMaxPrefetches; ++k) {
-          const detail::SpecGroupPlan& spec = plan->spec_groups[k];
-          if (spec.finder != FinderKind::sliding_window || len <= 0) {
-            continue;
+    const std::int64_t a = plan->alignment;
+    const std::int64_t fa_block = plan->spec_groups[0].block_size;
+    const bool fa_drop = apply_eagle && plan->spec_groups[0].use_eagle;
+    for (const ChainAnswer& c : sc.stack_chain) {
+      // The class's full-attention length (as find_full_attention ends it, without the
+      // fine-grained phase): the bound its window scans start from.
+      std::int64_t len = c.stop * h;
+      if (fa_drop && len > 0) {
+        len -= std::min(a, fa_block);
+      }
+      len -= len % a;
+      for (int k = 1; k < plan->num_spec_groups && len > 0; ++k) {
+        const detail::SpecGroupPlan& spec = plan->spec_groups[k];
+        if (spec.finder != FinderKind::sliding_window || spec.num_members != 1) {
+          continue;
+        }
+        const std::int64_t b = spec.block_size;
+        const std::int64_t sk = b / h;
+        const bool drop = apply_eagle && spec.use_eagle;
+        const std::int64_t total = std::min((len + (drop ? b : 0)) / b, n / sk);
+        const std::int64_t need = (spec.window - 1 + b - 1) / b + 1 + (drop ? 1 : 0);
+        for (std::int64_t i = total - 1; i >= 0 && i >= total - need; --i) {
+          if (sc.g_idx.size() < kMaxGather) {
+            sc.g_sg.push_back(k);
+            sc.g_idx.push_back((i + 1) * sk - 1);
           }
-          const std::int64_t b = spec.block_size;
-          const std::int64_t sk = b / h;
-          const bool drop = apply_eagle && spec.use_eagle;
-          const std::int64_t total = std::min((len + (drop ? b : 0)) / b, n / sk);
-          const std::int64_t need = (spec.window - 1 + b - 1) / b + 1 + (drop ? 1 : 0);
-          for (std::int64_t i = total - 1; i >= 0 && i >= total - need; --i, ++issued) {
-            const std::int64_t idx = (i + 1) * sk - 1;
-            if (stage == 0) {
-              prefetch_digest(idx);
-            } else if (!memoised(k, idx)) {
-              prefetch(k, idx);
-            }
-          }
+        }
+      }
+    }
+    const std::size_t count = sc.g_idx.size();
+    sc.g_hash.resize(count);
+    sc.g_set.resize(count);
+    constexpr std::size_t kLag = 6;  // keys between pipeline stages
+    for (std::size_t t = 0; t < count + 3 * kLag; ++t) {
+      if (t < count) {
+        prefetch_digest(sc.g_idx[t]);
+      }
+      if (t >= kLag && t - kLag < count) {  // stage 2: hash, prefetch the slot
+        const std::size_t u = t - kLag;
+        const BlockDigest& key = hashes[sc.g_idx[u]];
+        std::uint64_t w[4];
+        Impl::load_words(key, w);
+        const std::uint32_t meta = metas[plan->members[plan->spec_groups[sc.g_sg[u]].first_member]];
+        sc.g_hash[u] = index->key_hash(w, meta);
+        __builtin_prefetch(&index->slots[sc.g_hash[u] & index->mask]);
+      }
+      if (t >= 2 * kLag && t - 2 * kLag < count) {  // stage 3: find the set, prefetch its bits
+        const std::size_t u = t - 2 * kLag;
+        const std::int64_t idx = sc.g_idx[u];
+        const int sg = sc.g_sg[u];
+        sc.g_set[u] = Impl::kFreeSlot;  // skipped
+        if (!memoised(sg, idx) &&
+            (plan->digest_size >= static_cast<std::int32_t>(BlockDigest::kSize) ||
+             fits(hashes[idx]))) {
+          std::uint64_t w[4];
+          Impl::load_words(hashes[idx], w);
+          const std::uint32_t meta = metas[plan->members[plan->spec_groups[sg].first_member]];
+          const std::size_t i = index->find(w, meta, sc.g_hash[u]);
+          sc.g_set[u] = i == SIZE_MAX ? Impl::kEmptySet : index->slots[i].set;
+          __builtin_prefetch(index->bits(sc.g_set[u]));
+        }
+      }
+      if (t >= 3 * kLag) {  // stage 4: the workers into the memo
+        const std::size_t u = t - 3 * kLag;
+        const std::int64_t idx = sc.g_idx[u];
+        const int sg = sc.g_sg[u];
+        if (sc.g_set[u] != Impl::kFreeSlot && !memoised(sg, idx)) {
+          store(sg, idx, sc.g_set[u]);
         }
       }
     }
