@@ -222,6 +222,12 @@ struct ClassProbe {
     return step < 0 ? detail::low_bits(count) : 0;
   }
 
+  /// Whether hash index `i` ends a block of spec group 0 (a power-of-two step needs no division).
+  bool on_chain(std::int64_t i) const {
+    return (chain_step & (chain_step - 1)) == 0 ? ((i + 1) & (chain_step - 1)) == 0
+                                                : (i + 1) % chain_step == 0;
+  }
+
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
     if (split) {
       return void_answer(step, count);
@@ -229,7 +235,7 @@ struct ClassProbe {
     probes += static_cast<std::size_t>(count);
     // Spec group 0's full-attention walk (forward, one block per step, on block ends): known
     // from the chain walk, as far as it went.
-    if (sg == 0 && step == chain_step && step > 0 && (first + 1) % step == 0 &&
+    if (sg == 0 && step == chain_step && step > 0 && on_chain(first) &&
         first + (count - 1) * step < chain.known) {
       std::uint64_t bits = 0;
       for (int k = 0; k < count && first + k * step < chain.stop; ++k) {
@@ -357,7 +363,7 @@ struct ClassProbe {
         const std::int64_t sk = b / h;
         const bool drop = apply_eagle && spec.use_eagle;
         const std::int64_t total = std::min((len + (drop ? b : 0)) / b, n / sk);
-        const std::int64_t need = (spec.window - 1 + b - 1) / b + 1 + (drop ? 1 : 0);
+        const std::int64_t need = detail::ceil_div(spec.window - 1, b) + (drop ? 1 : 0);
         for (std::int64_t i = total - 1; i >= 0 && i >= total - need; --i) {
           if (sc.g_idx.size() < kMaxGather) {
             sc.g_sg.push_back(k);
