@@ -54,10 +54,6 @@ struct Scratch {
   std::vector<ChainAnswer> stack_chain;
   std::vector<std::uint64_t> tmp;
   std::vector<std::uint64_t> run;  ///< the chain walk's running AND
-  std::vector<int> g_sg;           ///< gather_window_scans: the keys, their hashes and sets
-  std::vector<std::int64_t> g_idx;
-  std::vector<std::uint64_t> g_hash;
-  std::vector<std::uint32_t> g_set;
 
   void start(std::size_t entries, std::size_t words) {
     if (memo.size() < entries) {
@@ -92,6 +88,7 @@ struct ClassProbe {
   std::uint32_t tier_mask;
   std::size_t words;
   Scratch* scratch;
+  const int* scan_depth;        ///< per spec group: keys a scan prefetches ahead
   std::int64_t chain_step = 0;  ///< spec group 0's hashes per block when its chain was walked
   const std::uint64_t* cls = nullptr;
   ChainAnswer chain{};
@@ -131,11 +128,12 @@ struct ClassProbe {
     int from = 1;
     if (sg == pf_sg && step == pf_step && step != 0) {
       const std::int64_t q = (pf_next - first) / step;
-      if (q >= 1 && q <= kPrefetch + 1 && first + q * step == pf_next) {
+      if (q >= 1 && q <= scan_depth[sg] + 1 && first + q * step == pf_next) {
         from = static_cast<int>(q);
       }
     }
-    for (int k = from; k <= kPrefetch; ++k) {
+    const int depth = scan_depth[sg];
+    for (int k = from; k <= depth; ++k) {
       const std::int64_t idx = first + k * step;
       if (idx < 0 || idx >= n) {
         break;
@@ -143,14 +141,14 @@ struct ClassProbe {
       if (!memoised(sg, idx)) {
         prefetch(sg, idx);
       }
-      const std::int64_t far = idx + kPrefetch * step;
+      const std::int64_t far = idx + depth * step;
       if (far >= 0 && far < n) {
         prefetch_digest(far);
       }
     }
     pf_sg = sg;
     pf_step = step;
-    pf_next = first + (kPrefetch + 1) * step;
+    pf_next = first + (depth + 1) * step;
   }
 
   void prefetch(int sg, std::int64_t idx) const {
@@ -198,22 +196,6 @@ struct ClassProbe {
       }
     }
     return at;
-  }
-
-  /// Memoises (sg, idx) as held by the workers of `set` (a single-member spec group's key).
-  void store(int sg, std::int64_t idx, std::uint32_t set) const {
-    Scratch& s = *scratch;
-    if (s.pool.size() < s.pool_used + words) {
-      s.pool.resize(std::max(s.pool.size() * 2, s.pool_used + words));
-    }
-    const std::size_t at = s.pool_used;
-    s.pool_used += words;
-    std::uint64_t* out = s.pool.data() + at;
-    std::fill(out, out + words, 0);
-    index->fold_workers(set, tier_mask, out);
-    ++reads;
-    // words >= 1: a residency index has at least one worker (checked when it is built).
-    s.memo[entry(sg, idx)] = (std::uint64_t{s.epoch} << 32) | (at / words);  // NOLINT
   }
 
   /// Once the class has split, the run is void: answer what ends each scan soonest (a forward
@@ -328,92 +310,7 @@ struct ClassProbe {
       }
     }
     push_class(run, ChainAnswer{blocks * s, blocks * s});
-    gather_window_scans(apply_eagle);
     return true;
-  }
-
-  /// Each class's window scans start near its full-attention length. Reads those keys for every
-  /// class at once, as a software pipeline (digest, then slot, then worker set, each a few keys
-  /// ahead), so their cache misses overlap instead of coming one scan at a time. A guess: keys
-  /// it reads that no finder asks for cost time only (a key of the wrong width is left for the
-  /// finder's own read, which reports it).
-  void gather_window_scans(bool apply_eagle) const {
-    constexpr std::size_t kMaxGather = 4096;
-    Scratch& sc = *scratch;
-    sc.g_sg.clear();
-    sc.g_idx.clear();
-    const std::int64_t h = plan->hash_block_size;
-    const std::int64_t a = plan->alignment;
-    const std::int64_t fa_block = plan->spec_groups[0].block_size;
-    const bool fa_drop = apply_eagle && plan->spec_groups[0].use_eagle;
-    for (const ChainAnswer& c : sc.stack_chain) {
-      // The class's full-attention length (as find_full_attention ends it, without the
-      // fine-grained phase): the bound its window scans start from.
-      std::int64_t len = c.stop * h;
-      if (fa_drop && len > 0) {
-        len -= std::min(a, fa_block);
-      }
-      len -= len % a;
-      for (int k = 1; k < plan->num_spec_groups && len > 0; ++k) {
-        const detail::SpecGroupPlan& spec = plan->spec_groups[k];
-        if (spec.finder != FinderKind::sliding_window || spec.num_members != 1) {
-          continue;
-        }
-        const std::int64_t b = spec.block_size;
-        const std::int64_t sk = b / h;
-        const bool drop = apply_eagle && spec.use_eagle;
-        const std::int64_t total = std::min((len + (drop ? b : 0)) / b, n / sk);
-        const std::int64_t need = detail::ceil_div(spec.window - 1, b) + (drop ? 1 : 0);
-        for (std::int64_t i = total - 1; i >= 0 && i >= total - need; --i) {
-          if (sc.g_idx.size() < kMaxGather) {
-            sc.g_sg.push_back(k);
-            sc.g_idx.push_back((i + 1) * sk - 1);
-          }
-        }
-      }
-    }
-    const std::size_t count = sc.g_idx.size();
-    sc.g_hash.resize(count);
-    sc.g_set.resize(count);
-    constexpr std::size_t kLag = 6;  // keys between pipeline stages
-    for (std::size_t t = 0; t < count + 3 * kLag; ++t) {
-      if (t < count) {
-        prefetch_digest(sc.g_idx[t]);
-      }
-      if (t >= kLag && t - kLag < count) {  // stage 2: hash, prefetch the slot
-        const std::size_t u = t - kLag;
-        const BlockDigest& key = hashes[sc.g_idx[u]];
-        std::uint64_t w[4];
-        Impl::load_words(key, w);
-        const std::uint32_t meta = metas[plan->members[plan->spec_groups[sc.g_sg[u]].first_member]];
-        sc.g_hash[u] = index->key_hash(w, meta);
-        __builtin_prefetch(&index->slots[sc.g_hash[u] & index->mask]);
-      }
-      if (t >= 2 * kLag && t - 2 * kLag < count) {  // stage 3: find the set, prefetch its bits
-        const std::size_t u = t - 2 * kLag;
-        const std::int64_t idx = sc.g_idx[u];
-        const int sg = sc.g_sg[u];
-        sc.g_set[u] = Impl::kFreeSlot;  // skipped
-        if (!memoised(sg, idx) &&
-            (plan->digest_size >= static_cast<std::int32_t>(BlockDigest::kSize) ||
-             fits(hashes[idx]))) {
-          std::uint64_t w[4];
-          Impl::load_words(hashes[idx], w);
-          const std::uint32_t meta = metas[plan->members[plan->spec_groups[sg].first_member]];
-          const std::size_t i = index->find(w, meta, sc.g_hash[u]);
-          sc.g_set[u] = i == SIZE_MAX ? Impl::kEmptySet : index->slots[i].set;
-          __builtin_prefetch(index->bits(sc.g_set[u]));
-        }
-      }
-      if (t >= 3 * kLag) {  // stage 4: the workers into the memo
-        const std::size_t u = t - 3 * kLag;
-        const std::int64_t idx = sc.g_idx[u];
-        const int sg = sc.g_sg[u];
-        if (sc.g_set[u] != Impl::kFreeSlot && !memoised(sg, idx)) {
-          store(sg, idx, sc.g_set[u]);
-        }
-      }
-    }
   }
 };
 
@@ -458,6 +355,17 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
   out.num_placeholders.assign(r * nw * g, 0);
 
   std::uint32_t metas[kMaxGroups];
+  // A window scan usually stops after its window's blocks: prefetching further only wastes
+  // misses. Other scans walk on: kPrefetch ahead.
+  int scan_depth[kMaxGroups];
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
+    scan_depth[k] = ClassProbe::kPrefetch;
+    if (spec.finder == FinderKind::sliding_window) {
+      scan_depth[k] = static_cast<int>(std::min<std::int64_t>(
+          ClassProbe::kPrefetch, detail::ceil_div(spec.window - 1, spec.block_size) + 1));
+    }
+  }
   for (int gid = 0; gid < plan.num_groups; ++gid) {
     metas[gid] = Impl::make_meta(options.ns, gid, static_cast<std::size_t>(plan.digest_size));
   }
@@ -485,9 +393,9 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
             scratch.start(static_cast<std::size_t>(plan.num_spec_groups) *
                               static_cast<std::size_t>(std::max<std::int64_t>(n, 1)),
                           words);
-            ClassProbe probe{&plan, &index,  batch.digests.data() + off,
-                             n,     metas,   options.tier_mask,
-                             words, &scratch};
+            ClassProbe probe{&plan, &index,   batch.digests.data() + off,
+                             n,     metas,    options.tier_mask,
+                             words, &scratch, scan_depth};
             // The first class: every worker.
             std::fill(all.begin(), all.end(), ~std::uint64_t{0});
             if (nw % 64 != 0) {
