@@ -73,11 +73,12 @@ struct Scratch {
 };
 
 struct ClassProbe {
-  // One key per window: a class splits only on keys its finder really reads (a wider window
-  // would read, and split on, keys past where the scan stops). Index reads are cache misses, so
-  // each read prefetches the keys the scan reaches next instead.
-  static constexpr int kFirstWindow = 1;
-  static constexpr int kMaxWindow = 1;
+  // One key per window (window_limit), except on spec group 0's walked chain: a class splits
+  // only on keys its finder really reads (a wider window would read, and split on, keys past
+  // where the scan stops). Index reads are cache misses, so each read prefetches the keys the
+  // scan reaches next instead. The chain's known part is answered 64 blocks at a time.
+  static constexpr int kFirstWindow = 64;
+  static constexpr int kMaxWindow = 64;
   static constexpr int kPrefetch = 8;
 
   const detail::LookupPlan* plan;
@@ -210,6 +211,20 @@ struct ClassProbe {
                                                 : (i + 1) % chain_step == 0;
   }
 
+  /// Whether (sg, first, step) walks spec group 0's chain inside the part this class knows.
+  bool on_known_chain(int sg, std::int64_t first, std::int64_t step) const {
+    return sg == 0 && step == chain_step && step > 0 && on_chain(first) && first < chain.known;
+  }
+
+  /// Bits a window may hold: the known chain up to its end, else one key.
+  int window_limit(int sg, std::int64_t first, std::int64_t step) const {
+    if (!split && on_known_chain(sg, first, step)) {
+      return static_cast<int>(
+          std::min<std::int64_t>(kMaxWindow, (chain.known - 1 - first) / step + 1));
+    }
+    return 1;
+  }
+
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
     if (split) {
       return void_answer(step, count);
@@ -217,13 +232,10 @@ struct ClassProbe {
     probes += static_cast<std::size_t>(count);
     // Spec group 0's full-attention walk (forward, one block per step, on block ends): known
     // from the chain walk, as far as it went.
-    if (sg == 0 && step == chain_step && step > 0 && on_chain(first) &&
-        first + (count - 1) * step < chain.known) {
-      std::uint64_t bits = 0;
-      for (int k = 0; k < count && first + k * step < chain.stop; ++k) {
-        bits |= std::uint64_t{1} << k;
-      }
-      return bits;
+    if (on_known_chain(sg, first, step) && first + (count - 1) * step < chain.known) {
+      // Blocks before the class's stop are held by every member, the stop by none.
+      const std::int64_t held = first < chain.stop ? (chain.stop - first + step - 1) / step : 0;
+      return detail::low_bits(static_cast<int>(std::min<std::int64_t>(held, count)));
     }
     if (!memoised(sg, first)) {
       prefetch_ahead(sg, first, step);

@@ -10,6 +10,8 @@
 //     // bit k set iff every member of spec group `sg` holds hashes[first + k*step]
 //     PREFIXHIT_HD std::uint64_t window(int sg, std::int64_t first, std::int64_t step,
 //                                       int count) const;
+//     // optional: at most this many bits (>= 1) in the window starting at `first`
+//     PREFIXHIT_HD int window_limit(int sg, std::int64_t first, std::int64_t step) const;
 //   };
 //
 // The CPU backend probes the index one key at a time inside `window`; the CUDA warp backend
@@ -17,12 +19,21 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/error_kind.hpp"
 
 namespace prefixhit::detail {
+
+/// Whether a Probe caps its windows by position (window_limit); most do not.
+template <class Probe, class = void>
+struct HasWindowLimit : std::false_type {};
+template <class Probe>
+struct HasWindowLimit<Probe, decltype(void(std::declval<const Probe&>().window_limit(
+                                 0, std::int64_t{0}, std::int64_t{0})))> : std::true_type {};
 
 /// Walks the existence bits of `base + k*step` for k = 0, 1, ... < limit, caching one window.
 template <class Probe>
@@ -45,6 +56,10 @@ class ExistenceCursor {
     window_start_ = k;
     const std::int64_t left = limit_ - k;
     window_len_ = static_cast<int>(left < next_len_ ? left : next_len_);
+    if constexpr (HasWindowLimit<Probe>::value) {
+      const int cap = probe_.window_limit(sg_, base_ + k * step_, step_);
+      window_len_ = window_len_ < cap ? window_len_ : cap;
+    }
     bits_ = probe_.window(sg_, base_ + k * step_, step_, window_len_);
     next_len_ = next_len_ * 2 > Probe::kMaxWindow ? Probe::kMaxWindow : next_len_ * 2;
   }
