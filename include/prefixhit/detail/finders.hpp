@@ -26,6 +26,12 @@
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/error_kind.hpp"
 
+#if PREFIXHIT_DEVICE_CODE
+#define PREFIXHIT_HOST_NOINLINE
+#else
+#define PREFIXHIT_HOST_NOINLINE __attribute__((noinline))
+#endif
+
 namespace prefixhit::detail {
 
 /// Whether a Probe caps its windows by position (window_limit); most do not.
@@ -43,8 +49,10 @@ class ExistenceCursor {
                                std::int64_t limit)
       : probe_(probe), sg_(sg), base_(base), step_(step), limit_(limit) {}
 
-  /// Whether item k (0 <= k < limit) exists.
-  PREFIXHIT_HD bool at(std::int64_t k) {
+  /// Whether item k (0 <= k < limit) exists. Inlined into the scan loops: on the host the
+  /// refill stays out of line, so the common case (the bit is in the window) is a few
+  /// instructions, not a call.
+  PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool at(std::int64_t k) {
     if (k < window_start_ || k >= window_start_ + window_len_) {
       refill(k);
     }
@@ -52,7 +60,7 @@ class ExistenceCursor {
   }
 
  private:
-  PREFIXHIT_HD void refill(std::int64_t k) {
+  PREFIXHIT_HD PREFIXHIT_HOST_NOINLINE void refill(std::int64_t k) {
     window_start_ = k;
     const std::int64_t left = limit_ - k;
     window_len_ = static_cast<int>(left < next_len_ ? left : next_len_);
