@@ -8,7 +8,8 @@
 // 1. When spec group 0 is full attention, one walk down its block chain with a running AND of
 //    worker sets gives every worker's full-attention stop (where its bit first drops): workers
 //    with the same stop form the first classes, so the long walk is read once, not per class.
-//    A class then answers that chain from its stop (no memo, no bit work per block).
+//    A class then answers that chain from its stop, 64 blocks per window (window_limit), with
+//    no memo or bit work per block; split halves keep the answer, so they never re-walk it.
 // 2. Every other probed key is answered from the memo. The first key on which a class disagrees
 //    stops its run (the probe answers what ends each scan soonest and the result is discarded)
 //    and splits the class into "holds it" and "does not"; both halves re-run. Workers of a final
