@@ -142,7 +142,7 @@ class Writer {
   }
 
   void rehash(std::size_t capacity) {
-    std::vector<Impl::Slot> old(capacity, Impl::Slot{{0, 0, 0, 0}, 0, Impl::kFreeSlot});
+    Impl::SlotVector old(capacity, Impl::Slot{{0, 0, 0, 0}, 0, Impl::kFreeSlot});
     old.swap(s_.slots);
     s_.mask = capacity - 1;
     s_.occupied = 0;

@@ -10,6 +10,8 @@
 //     // bit k set iff every member of spec group `sg` holds hashes[first + k*step]
 //     PREFIXHIT_HD std::uint64_t window(int sg, std::int64_t first, std::int64_t step,
 //                                       int count) const;
+//     // optional: at most this many bits (>= 1) in the window starting at `first`
+//     PREFIXHIT_HD int window_limit(int sg, std::int64_t first, std::int64_t step) const;
 //   };
 //
 // The CPU backend probes the index one key at a time inside `window`; the CUDA warp backend
@@ -17,12 +19,27 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/error_kind.hpp"
 
+#if PREFIXHIT_DEVICE_CODE
+#define PREFIXHIT_HOST_NOINLINE
+#else
+#define PREFIXHIT_HOST_NOINLINE __attribute__((noinline))
+#endif
+
 namespace prefixhit::detail {
+
+/// Whether a Probe caps its windows by position (window_limit); most do not.
+template <class Probe, class = void>
+struct HasWindowLimit : std::false_type {};
+template <class Probe>
+struct HasWindowLimit<Probe, decltype(void(std::declval<const Probe&>().window_limit(
+                                 0, std::int64_t{0}, std::int64_t{0})))> : std::true_type {};
 
 /// Walks the existence bits of `base + k*step` for k = 0, 1, ... < limit, caching one window.
 template <class Probe>
@@ -32,8 +49,10 @@ class ExistenceCursor {
                                std::int64_t limit)
       : probe_(probe), sg_(sg), base_(base), step_(step), limit_(limit) {}
 
-  /// Whether item k (0 <= k < limit) exists.
-  PREFIXHIT_HD bool at(std::int64_t k) {
+  /// Whether item k (0 <= k < limit) exists. Inlined into the scan loops: on the host the
+  /// refill stays out of line, so the common case (the bit is in the window) is a few
+  /// instructions, not a call.
+  PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool at(std::int64_t k) {
     if (k < window_start_ || k >= window_start_ + window_len_) {
       refill(k);
     }
@@ -41,10 +60,14 @@ class ExistenceCursor {
   }
 
  private:
-  PREFIXHIT_HD void refill(std::int64_t k) {
+  PREFIXHIT_HD PREFIXHIT_HOST_NOINLINE void refill(std::int64_t k) {
     window_start_ = k;
     const std::int64_t left = limit_ - k;
     window_len_ = static_cast<int>(left < next_len_ ? left : next_len_);
+    if constexpr (HasWindowLimit<Probe>::value) {
+      const int cap = probe_.window_limit(sg_, base_ + k * step_, step_);
+      window_len_ = window_len_ < cap ? window_len_ : cap;
+    }
     bits_ = probe_.window(sg_, base_ + k * step_, step_, window_len_);
     next_len_ = next_len_ * 2 > Probe::kMaxWindow ? Probe::kMaxWindow : next_len_ * 2;
   }
@@ -72,6 +95,14 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int6
   hit.num_placeholders = min64(hit.num_placeholders, hit.num_blocks);
 }
 
+/// Blocks the full-attention walk of spec group `sg` may read under bound `max_len`.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t full_attention_max_blocks(const LookupPlan& plan,
+                                                                          int sg, std::int64_t n,
+                                                                          std::int64_t max_len) {
+  const std::int64_t b = plan.spec_groups[sg].block_size;
+  return min64(floor_div(max_len, b), n / (b / plan.hash_block_size));
+}
+
 /// Full attention and MLA (SEMANTICS.md 4.1). Returns the hit length in tokens.
 template <class Probe>
 PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, std::int64_t n,
@@ -81,7 +112,7 @@ PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, st
   const std::int64_t a = plan.alignment;
   const std::int64_t h = plan.hash_block_size;
   const std::int64_t s = b / h;
-  const std::int64_t max_blocks = min64(floor_div(max_len, b), n / s);
+  const std::int64_t max_blocks = full_attention_max_blocks(plan, sg, n, max_len);
   std::int64_t blocks = 0;
   if (max_blocks > 0) {
     ExistenceCursor<Probe> cursor(probe, sg, s - 1, s, max_blocks);
@@ -308,6 +339,22 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t hashed_tokens(const LookupPlan& 
   return n >= kCap / plan.hash_block_size ? kCap : n * plan.hash_block_size;
 }
 
+/// The bound the fixed point gives spec group `spec`'s finder for candidate `cur`: `cur`, or
+/// with the EAGLE drop one block (one hash for fine-grained full attention) more, capped.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t fixed_point_bound(const LookupPlan& plan,
+                                                                  const SpecGroupPlan& spec,
+                                                                  std::int64_t n,
+                                                                  std::int64_t max_length,
+                                                                  std::int64_t cur, bool drop) {
+  if (!drop || spec.finder == FinderKind::mamba) {
+    return cur;
+  }
+  const bool fine = plan.partial && spec.finder == FinderKind::full_attention &&
+                    spec.block_size > plan.hash_block_size;
+  const std::int64_t margin = fine ? plan.hash_block_size : spec.block_size;
+  return min64(cur + margin, plan.eagle_bound_by_hashes ? hashed_tokens(plan, n) : max_length);
+}
+
 /// The coordinator lookup (SEMANTICS.md 5): one spec group directly, several by the fixed point.
 /// `hits` receives one GroupHit per spec group (all members of a spec group share it).
 template <class Probe>
@@ -348,14 +395,7 @@ PREFIXHIT_HD ErrorKind find_longest_cache_hit(const LookupPlan& plan, std::int64
         continue;
       }
       const bool drop = apply_eagle && spec.use_eagle && (verified & bit) == 0;
-      std::int64_t bound = cur;
-      if (drop && spec.finder != FinderKind::mamba) {
-        const bool fine = plan.partial && spec.finder == FinderKind::full_attention &&
-                          spec.block_size > plan.hash_block_size;
-        const std::int64_t margin = fine ? plan.hash_block_size : spec.block_size;
-        bound =
-            min64(cur + margin, plan.eagle_bound_by_hashes ? hashed_tokens(plan, n) : max_length);
-      }
+      const std::int64_t bound = fixed_point_bound(plan, spec, n, max_length, cur, drop);
       std::int64_t found = 0;
       const ErrorKind err = run_finder(plan, k, n, bound, drop, probe, hits[k], found);
       if (err != ErrorKind::ok) {
