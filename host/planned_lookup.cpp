@@ -28,6 +28,7 @@ struct LookupMemo {
   std::size_t hint = 0;
   bool missed = false;  // this pass asked for a window without an answer
   bool done = false;
+  bool confirmed = true;  // every guess of this pass came back "all present"
 
   /// The answer for a window if a known entry covers it (same spec group and step, the window
   /// inside the entry's run).
@@ -40,6 +41,13 @@ struct LookupMemo {
         return true;
       }
     }
+    return answer_slow(sg, first, step, count, bits);
+  }
+
+  /// answer() away from the replay's order: a search of every known entry (out of line, so the
+  /// finders' per-block loop stays small enough to inline).
+  [[gnu::noinline]] bool answer_slow(int sg, std::int64_t first, std::int64_t step, int count,
+                                     std::uint64_t& bits) {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const MemoEntry& e = entries[i];
       if (!e.known || e.sg != sg || e.step != step) {
@@ -88,6 +96,11 @@ struct MemoProbe {
     if (memo->answer(sg, first, step, count, bits)) {
       return bits;
     }
+    return unanswered(sg, first, step, count);
+  }
+
+  [[gnu::noinline]] std::uint64_t unanswered(int sg, std::int64_t first, std::int64_t step,
+                                             int count) const {
     if (last) {
       return direct->window(sg, first, step, count);
     }
@@ -168,6 +181,7 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
       const SourceProbe direct{&plan, &store, lookup.hashes, lookup.bad_digest};
       memo.hint = 0;
       memo.missed = false;
+      memo.confirmed = true;
       const std::size_t before = memo.entries.size();
       const MemoProbe probe{&memo, &direct, last};
       *lookup.error = find_longest_cache_hit(plan, lookup.n, lookup.max_length, lookup.apply_eagle,
@@ -197,9 +211,19 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
     answers.resize(windows.size());
     store.probe_many(windows.data(), windows.size(), answers.data());
     for (std::size_t w = 0; w < windows.size(); ++w) {
-      MemoEntry& entry = memos[owners[w].first].entries[owners[w].second];
-      entry.bits = entry.known ? (entry.bits & answers[w]) : (low_bits(entry.count) & answers[w]);
+      LookupMemo& memo = memos[owners[w].first];
+      MemoEntry& entry = memo.entries[owners[w].second];
+      const std::uint64_t all = low_bits(entry.count);
+      entry.bits = entry.known ? (entry.bits & answers[w]) : (all & answers[w]);
       entry.known = true;
+      memo.confirmed = memo.confirmed && (answers[w] & all) == all;
+    }
+    // A pass whose guesses all came back "present" saw exactly the bits a replay would see, so
+    // it took the replay's path and its result is already the exact one (a full store: one
+    // finder run, not two).
+    for (std::size_t r = 0; r < count; ++r) {
+      LookupMemo& memo = memos[r];
+      memo.done = memo.done || memo.confirmed;
     }
   }
 }
