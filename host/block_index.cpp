@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "host/scratch_pool.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 
@@ -708,7 +709,10 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     std::uint32_t window;
     std::uint32_t bit;
   };
-  thread_local std::vector<KeyRef> refs;
+  // Reused across calls and threads (a batch's workers are new threads on every call).
+  static detail::ScratchPool<std::vector<KeyRef>> pool;
+  const auto lease = pool.lease();
+  std::vector<KeyRef>& refs = *lease;
   refs.clear();
   for (std::size_t w = 0; w < n; ++w) {
     const ProbeWindow& win = windows[w];

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "host/probes.hpp"
+#include "host/scratch_pool.hpp"
 #include "prefixhit/detail/finders.hpp"
 
 namespace prefixhit::detail {
@@ -141,22 +142,11 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
     }
     return;
   }
-  // The thread's buffers, reused across lookups; a lookup started from inside a store's
-  // probe_many (a Python callback source may do that) gets fresh ones.
-  thread_local Scratch cached;
-  thread_local bool cached_in_use = false;
-  Scratch fresh;
-  Scratch& scratch = cached_in_use ? fresh : cached;
-  const bool owns_cached = !cached_in_use;
-  cached_in_use = true;
-  struct Release {
-    bool owns;
-    ~Release() {
-      if (owns) {
-        cached_in_use = false;
-      }
-    }
-  } release{owns_cached};
+  // Buffers reused across lookups and threads; a lookup started from inside a store's
+  // probe_many (a Python callback source may do that) takes another one.
+  static ScratchPool<Scratch> pool;
+  const ScratchPool<Scratch>::Lease lease = pool.lease();
+  Scratch& scratch = *lease;
   std::vector<LookupMemo>& memos = scratch.memos;
   std::vector<ProbeWindow>& windows = scratch.windows;
   std::vector<std::uint64_t>& answers = scratch.answers;
