@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "host/probes.hpp"
 #include "host/scratch_pool.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
@@ -23,6 +24,19 @@
 #endif
 
 namespace prefixhit {
+
+namespace detail {
+namespace {
+std::atomic<std::uint64_t> g_planned_lookup_min_bytes{kPlannedLookupMinBytes};
+}  // namespace
+
+std::uint64_t planned_lookup_min_bytes() noexcept {
+  return g_planned_lookup_min_bytes.load(std::memory_order_relaxed);
+}
+void set_planned_lookup_min_bytes(std::uint64_t bytes) noexcept {
+  g_planned_lookup_min_bytes.store(bytes, std::memory_order_relaxed);
+}
+}  // namespace detail
 
 static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must agree");
 
@@ -691,6 +705,15 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   return impl.lookup_window(
       n, [&](int k) { return detail::make_slot_key(hashes[first + k * step], meta); });
+}
+
+bool BlockIndex::View::prefers_probe_many() const noexcept {
+  if (!index_->impl_) {
+    return false;
+  }
+  constexpr std::uint64_t kBytesPerSlot = 1 + sizeof(std::uint32_t) + sizeof(BlockDigest);
+  const std::uint64_t slots = index_->impl_->capacity_mirror.load(std::memory_order_relaxed);
+  return slots * kBytesPerSlot >= detail::planned_lookup_min_bytes();
 }
 
 void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,

@@ -125,14 +125,36 @@ void expect_same(const LookupResult& actual, const LookupResult& expected, int t
   }
 }
 
-TEST(PlannedLookup, OnlyTheResidentIndexAsksForTheWholeProbeSet) {
-  BlockIndex index;
+/// Sends every resident-index lookup of a test through the planned path (small tables
+/// otherwise probe window by window), and restores the threshold afterwards.
+class PlannedPathForAllTables {
+ public:
+  PlannedPathForAllTables() { detail::set_planned_lookup_min_bytes(0); }
+  ~PlannedPathForAllTables() {
+    detail::set_planned_lookup_min_bytes(detail::kPlannedLookupMinBytes);
+  }
+  PlannedPathForAllTables(const PlannedPathForAllTables&) = delete;
+  PlannedPathForAllTables& operator=(const PlannedPathForAllTables&) = delete;
+};
+
+TEST(PlannedLookup, OnlyALargeResidentIndexAsksForTheWholeProbeSet) {
+  BlockIndex small;
   const KeySet set;
-  EXPECT_TRUE(index.view(0).prefers_probe_many());
+  EXPECT_FALSE(small.view(0).prefers_probe_many());  // answers from cache: window by window
   EXPECT_FALSE(set.prefers_probe_many());  // callbacks and remote stores keep per-window probes
+  BlockIndexOptions options;
+  options.initial_capacity = static_cast<std::size_t>(detail::kPlannedLookupMinBytes / 37 + 64);
+  const BlockIndex large(options);
+  EXPECT_TRUE(large.view(0).prefers_probe_many());
+  {
+    const PlannedPathForAllTables planned_everywhere;
+    EXPECT_TRUE(small.view(0).prefers_probe_many());
+  }
+  EXPECT_FALSE(small.view(0).prefers_probe_many());
 }
 
 TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
+  const PlannedPathForAllTables planned_everywhere;
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
@@ -261,7 +283,8 @@ TEST(PlannedLookup, ALookupInsideAStoreCallbackLeavesTheOuterOneExact) {
 }
 
 /// The conformance vectors through the resident index: the store's keys among the request's
-/// digests are copied into a BlockIndex, so every lookup takes the fetched-up-front path.
+/// digests are copied into a BlockIndex (a small one: window by window, unless a test sends every
+/// table through the fetched-up-front path).
 class ResidentIndexBackend final : public conformance::Backend {
  public:
   std::string name() const override { return "cpu-resident-index"; }
@@ -286,7 +309,9 @@ class ResidentIndexBackend final : public conformance::Backend {
   }
 };
 
-TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
+/// Every vector through a resident index, on the planned path (probe_many) and on the
+/// window-by-window path that small tables take.
+void run_every_vector_through_the_resident_index() {
   const std::vector<std::string> files =
       conformance::collect_vector_files({conformance::default_vectors_dir()});
   ASSERT_FALSE(files.empty());
@@ -300,6 +325,14 @@ TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
     }
   }
   EXPECT_GT(cases, 1000U);
+}
+
+TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
+  {
+    const PlannedPathForAllTables planned_everywhere;
+    run_every_vector_through_the_resident_index();
+  }
+  run_every_vector_through_the_resident_index();
 }
 
 }  // namespace
