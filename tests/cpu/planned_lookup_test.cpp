@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "host/probes.hpp"
@@ -219,6 +220,58 @@ TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
     }
   }
   EXPECT_GT(compared, 100);
+}
+
+TEST(PlannedLookup, TwoThreadBatchesRunningAtOnceShareTheBufferPool) {
+  // Batches big enough to split over two worker threads, from two callers at once: the lookup
+  // and probe_many buffers come from one process-wide pool (run under TSan in sanitizers.sh).
+  const PlannedPathForAllTables planned_everywhere;
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  Config config;
+  config.hash_block_size = 4;
+  config.scheduler_block_size = 256;
+  config.use_eagle = true;
+  config.groups = {GroupSpec::full_attention(256), GroupSpec::sliding_window_attention(64, 128),
+                   GroupSpec::sliding_window_attention(4, 8)};
+  const Coordinator c(config);
+  constexpr int kRequests = 40;
+  constexpr std::size_t kHashes = 4096;  // 40 x 4096 digests: two threads of 2^16 or more
+  BlockIndex index;
+  std::vector<BlockDigest> all;
+  std::vector<std::int64_t> offsets{0};
+  for (int r = 0; r < kRequests; ++r) {
+    const std::vector<BlockDigest> prompt = random_hashes(rng, kHashes);
+    copy_store(random_store(rng, config, prompt), config, prompt, index, 3);
+    all.insert(all.end(), prompt.begin(), prompt.end());
+    offsets.push_back(static_cast<std::int64_t>(all.size()));
+  }
+  const BlockIndex::View view = index.view(3);
+  LookupBatch batch;
+  batch.digests = all;
+  batch.offsets = offsets;
+  const std::vector<std::int64_t> max_lengths(kRequests,
+                                              static_cast<std::int64_t>(kHashes) * 4 - 1);
+  batch.max_lengths = max_lengths;
+  std::vector<LookupResult> expected;
+  for (int r = 0; r < kRequests; ++r) {
+    const std::vector<BlockDigest> prompt(all.begin() + offsets[r], all.begin() + offsets[r + 1]);
+    ErrorKind err = ErrorKind::ok;
+    expected.push_back(direct_lookup(c, prompt, batch.max_lengths[r], view, true, err));
+    ASSERT_EQ(err, ErrorKind::ok);
+  }
+  BatchOptions options;
+  options.num_threads = 2;
+  std::vector<BatchLookupResult> got(2);
+  std::thread other([&] { got[1] = c.find_longest_cache_hits(batch, view, options); });
+  got[0] = c.find_longest_cache_hits(batch, view, options);
+  other.join();
+  for (const BatchLookupResult& result : got) {
+    for (int r = 0; r < kRequests; ++r) {
+      expect_same(result.request(static_cast<std::size_t>(r)), expected[r], r);
+    }
+  }
 }
 
 /// A store that runs another lookup from inside probe_many, as a Python callback source may.
