@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "host/probes.hpp"
+#include "host/scratch_pool.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 
@@ -22,6 +24,19 @@
 #endif
 
 namespace prefixhit {
+
+namespace detail {
+namespace {
+std::atomic<std::uint64_t> g_planned_lookup_min_bytes{kPlannedLookupMinBytes};
+}  // namespace
+
+std::uint64_t planned_lookup_min_bytes() noexcept {
+  return g_planned_lookup_min_bytes.load(std::memory_order_relaxed);
+}
+void set_planned_lookup_min_bytes(std::uint64_t bytes) noexcept {
+  g_planned_lookup_min_bytes.store(bytes, std::memory_order_relaxed);
+}
+}  // namespace detail
 
 static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must agree");
 
@@ -731,6 +746,15 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
       n, [&](int k) { return detail::make_slot_key(hashes[first + k * step], meta); });
 }
 
+bool BlockIndex::View::prefers_probe_many() const noexcept {
+  if (!index_->impl_) {
+    return false;
+  }
+  constexpr std::uint64_t kBytesPerSlot = 1 + sizeof(std::uint32_t) + sizeof(BlockDigest);
+  const std::uint64_t slots = index_->impl_->capacity_mirror.load(std::memory_order_relaxed);
+  return slots * kBytesPerSlot >= detail::planned_lookup_min_bytes();
+}
+
 void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
                                   std::uint64_t* out) const {
   std::fill(out, out + n, std::uint64_t{0});
@@ -747,7 +771,10 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     std::uint32_t window;
     std::uint32_t bit;
   };
-  thread_local std::vector<KeyRef> refs;
+  // Reused across calls and threads (a batch's workers are new threads on every call).
+  static detail::ScratchPool<std::vector<KeyRef>> pool;
+  const auto lease = pool.lease();
+  std::vector<KeyRef>& refs = *lease;
   refs.clear();
   for (std::size_t w = 0; w < n; ++w) {
     const ProbeWindow& win = windows[w];

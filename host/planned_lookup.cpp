@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "host/probes.hpp"
+#include "host/scratch_pool.hpp"
 #include "prefixhit/detail/finders.hpp"
 
 namespace prefixhit::detail {
@@ -28,6 +29,7 @@ struct LookupMemo {
   std::size_t hint = 0;
   bool missed = false;  // this pass asked for a window without an answer
   bool done = false;
+  bool confirmed = true;  // every guess of this pass came back "all present"
 
   /// The answer for a window if a known entry covers it (same spec group and step, the window
   /// inside the entry's run).
@@ -40,6 +42,13 @@ struct LookupMemo {
         return true;
       }
     }
+    return answer_slow(sg, first, step, count, bits);
+  }
+
+  /// answer() away from the replay's order: a search of every known entry (out of line, so the
+  /// finders' per-block loop stays small enough to inline).
+  [[gnu::noinline]] bool answer_slow(int sg, std::int64_t first, std::int64_t step, int count,
+                                     std::uint64_t& bits) {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const MemoEntry& e = entries[i];
       if (!e.known || e.sg != sg || e.step != step) {
@@ -88,6 +97,11 @@ struct MemoProbe {
     if (memo->answer(sg, first, step, count, bits)) {
       return bits;
     }
+    return unanswered(sg, first, step, count);
+  }
+
+  [[gnu::noinline]] std::uint64_t unanswered(int sg, std::int64_t first, std::int64_t step,
+                                             int count) const {
     if (last) {
       return direct->window(sg, first, step, count);
     }
@@ -128,22 +142,11 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
     }
     return;
   }
-  // The thread's buffers, reused across lookups; a lookup started from inside a store's
-  // probe_many (a Python callback source may do that) gets fresh ones.
-  thread_local Scratch cached;
-  thread_local bool cached_in_use = false;
-  Scratch fresh;
-  Scratch& scratch = cached_in_use ? fresh : cached;
-  const bool owns_cached = !cached_in_use;
-  cached_in_use = true;
-  struct Release {
-    bool owns;
-    ~Release() {
-      if (owns) {
-        cached_in_use = false;
-      }
-    }
-  } release{owns_cached};
+  // Buffers reused across lookups and threads; a lookup started from inside a store's
+  // probe_many (a Python callback source may do that) takes another one.
+  static ScratchPool<Scratch> pool;
+  const ScratchPool<Scratch>::Lease lease = pool.lease();
+  Scratch& scratch = *lease;
   std::vector<LookupMemo>& memos = scratch.memos;
   std::vector<ProbeWindow>& windows = scratch.windows;
   std::vector<std::uint64_t>& answers = scratch.answers;
@@ -168,6 +171,7 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
       const SourceProbe direct{&plan, &store, lookup.hashes, lookup.bad_digest};
       memo.hint = 0;
       memo.missed = false;
+      memo.confirmed = true;
       const std::size_t before = memo.entries.size();
       const MemoProbe probe{&memo, &direct, last};
       *lookup.error = find_longest_cache_hit(plan, lookup.n, lookup.max_length, lookup.apply_eagle,
@@ -197,9 +201,19 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
     answers.resize(windows.size());
     store.probe_many(windows.data(), windows.size(), answers.data());
     for (std::size_t w = 0; w < windows.size(); ++w) {
-      MemoEntry& entry = memos[owners[w].first].entries[owners[w].second];
-      entry.bits = entry.known ? (entry.bits & answers[w]) : (low_bits(entry.count) & answers[w]);
+      LookupMemo& memo = memos[owners[w].first];
+      MemoEntry& entry = memo.entries[owners[w].second];
+      const std::uint64_t all = low_bits(entry.count);
+      entry.bits = entry.known ? (entry.bits & answers[w]) : (all & answers[w]);
       entry.known = true;
+      memo.confirmed = memo.confirmed && (answers[w] & all) == all;
+    }
+    // A pass whose guesses all came back "present" saw exactly the bits a replay would see, so
+    // it took the replay's path and its result is already the exact one (a full store: one
+    // finder run, not two).
+    for (std::size_t r = 0; r < count; ++r) {
+      LookupMemo& memo = memos[r];
+      memo.done = memo.done || memo.confirmed;
     }
   }
 }

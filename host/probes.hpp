@@ -125,4 +125,11 @@ struct PlannedLookup {
 void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
                          PlannedLookup* lookups, std::size_t count);
 
+/// The table size (bytes of tags, meta words and digests) from which BlockIndex::View prefers
+/// planned lookups: below it the table answers from cache and window-by-window probes cost
+/// less CPU. Tests set 0 to send every lookup through the planned path.
+inline constexpr std::uint64_t kPlannedLookupMinBytes = std::uint64_t{64} << 20;
+std::uint64_t planned_lookup_min_bytes() noexcept;
+void set_planned_lookup_min_bytes(std::uint64_t bytes) noexcept;
+
 }  // namespace prefixhit::detail

@@ -63,9 +63,19 @@ struct MemoryLimit {
   std::uint64_t bytes = 0;
   double dependent_ns = 0;    ///< per random 64-byte read that waits on the previous one
   double independent_ns = 0;  ///< per random 64-byte read with no dependence between reads
+  /// The same on two threads at once: each thread's CPU ns per read (0: no second thread).
+  double independent_2t_ns = 0;
+  /// The share of the wall time the two threads had a core (their CPU time over twice the wall
+  /// time): near 1 on a quiet machine; the scaling below holds only then.
+  double two_thread_overlap = 0;
   std::uint64_t checksum = 0;
   /// Reads one core keeps in flight: DRAM latency over the independent-read time.
   double in_flight() const { return independent_ns > 0 ? dependent_ns / independent_ns : 0; }
+  /// Two threads' independent-read rate over one thread's (2: the second core brings its own
+  /// misses in flight; 1: the two share them).
+  double two_thread_scaling() const {
+    return independent_2t_ns > 0 ? 2 * independent_ns / independent_2t_ns : 0;
+  }
 };
 
 /// Random reads over a buffer of `bytes` (allocated like the index: huge pages where allowed).

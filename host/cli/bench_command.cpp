@@ -271,7 +271,10 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"buffer_bytes", l.bytes},
                            {"dependent_read_ns", l.dependent_ns},
                            {"independent_read_ns", l.independent_ns},
-                           {"reads_in_flight", l.in_flight()}};
+                           {"reads_in_flight", l.in_flight()},
+                           {"independent_read_ns_2threads", l.independent_2t_ns},
+                           {"two_thread_read_scaling", l.two_thread_scaling()},
+                           {"two_thread_core_share", l.two_thread_overlap}};
     std::cout << line.dump() << "\n";
     return;
   }
@@ -279,11 +282,14 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
       "%lld stored requests\n"
       "# memory limit over a %.1f MiB buffer (thread CPU time): dependent random read %.1f ns, "
-      "independent %.2f ns (%.1f reads in flight)\n",
+      "independent %.2f ns (%.1f reads in flight); two threads at once: %.2f ns per read per "
+      "thread, %.2fx one thread's read rate (they had a core %.0f%% of the time: the ratio "
+      "holds only near 100%%)\n",
       workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
       static_cast<unsigned long long>(c.store_slots),
       static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
-      static_cast<double>(l.bytes) / (1 << 20), l.dependent_ns, l.independent_ns, l.in_flight());
+      static_cast<double>(l.bytes) / (1 << 20), l.dependent_ns, l.independent_ns, l.in_flight(),
+      l.independent_2t_ns, l.two_thread_scaling(), 100 * l.two_thread_overlap);
 }
 
 void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
@@ -375,12 +381,14 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--min-time", options->min_seconds, "Seconds spent timing each op")
       ->check(kFinite & CLI::Range(0.001, 600.0))
       ->capture_default_str();
-  cmd->add_flag("--json", options->json,
-                "One JSON object per line: workload, backend, op, requests, tokens, "
-                "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
-                "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
-                "keys_per_dram_latency, pct_of_independent_reads], after one memory_limit "
-                "line (store size, dependent and independent random-read ns)");
+  cmd->add_flag(
+      "--json", options->json,
+      "One JSON object per line: workload, backend, op, requests, tokens, "
+      "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
+      "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
+      "keys_per_dram_latency, pct_of_independent_reads], after one memory_limit "
+      "line (store size, dependent and independent random-read ns, the independent reads on "
+      "two threads at once)");
   cmd->callback([options] {
     std::vector<std::string> names = options->workloads;
     if (names.empty()) {

@@ -2,12 +2,16 @@
 // the index's size, one after another (each address read from the previous line: DRAM latency)
 // and independent of each other (what one core's misses in flight allow).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <random>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "host/cli/bench.hpp"
@@ -37,6 +41,32 @@ double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// `reads` random reads over `lines` lines whose addresses come from a generator that never
+/// waits on memory (the out-of-order core keeps as many in flight as it can). Returns the
+/// thread CPU ns per read; adds what it read to `sum`.
+double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t seed,
+                         std::uint64_t reads, std::uint64_t& sum) {
+  std::uint64_t state = seed | 1U;
+  std::uint64_t local = 0;
+  const double start = thread_cpu_seconds();
+  for (std::uint64_t i = 0; i < reads; i += 4) {
+    std::uint64_t idx[4];
+    for (std::uint64_t& x : idx) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      __extension__ typedef unsigned __int128 u128;
+      x = static_cast<std::uint64_t>((static_cast<u128>(state) * lines) >> 64);  // in [0, lines)
+    }
+    local += line[idx[0]].pad[0] + line[idx[1]].pad[0] + line[idx[2]].pad[0] + line[idx[3]].pad[0];
+  }
+  const double ns = (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(reads);
+  sum += local;
+  return ns;
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -76,23 +106,41 @@ MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed) {
     at = line[at].next;
   }
   limit.dependent_ns = (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(dependent_reads);
-  // Independent: addresses from a generator that never waits on memory; the out-of-order core
-  // keeps as many of these loads in flight as it can.
-  const std::uint64_t independent_reads = 8'000'000;
-  std::uint64_t state = seed | 1U;
+  // Independent: one thread, then two threads at once over the same buffer (does the memory
+  // system give a second core its own misses in flight, or do the two share them?).
+  const std::uint64_t independent_reads_per_thread = 8'000'000;
   std::uint64_t sum = at;
-  start = thread_cpu_seconds();
-  for (std::uint64_t i = 0; i < independent_reads; i += 4) {
-    std::uint64_t idx[4];
-    for (std::uint64_t& x : idx) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      __extension__ typedef unsigned __int128 u128;
-      x = static_cast<std::uint64_t>((static_cast<u128>(state) * lines) >> 64);  // in [0, lines)
+  limit.independent_ns = independent_reads(line, lines, seed, independent_reads_per_thread, sum);
+  std::atomic<int> ready{0};
+  std::uint64_t sums[2] = {0, 0};
+  double ns[2] = {0, 0};
+  double wall[2] = {0, 0};
+  const auto run = [&](int t) {
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+      std::this_thread::yield();  // start together
     }
-    sum += line[idx[0]].pad[0] + line[idx[1]].pad[0] + line[idx[2]].pad[0] + line[idx[3]].pad[0];
+    const double begin = wall_seconds();
+    ns[t] = independent_reads(line, lines, seed + 2 * static_cast<std::uint64_t>(t) + 1,
+                              independent_reads_per_thread, sums[t]);
+    wall[t] = wall_seconds() - begin;
+  };
+  try {
+    std::thread second(run, 1);
+    run(0);
+    second.join();
+    limit.independent_2t_ns = (ns[0] + ns[1]) / 2;
+    // The share of the wall time both threads had a core: below 1 when the machine (other
+    // processes) left them waiting.
+    const double span = std::max(wall[0], wall[1]);
+    limit.two_thread_overlap = span > 0 ? (ns[0] + ns[1]) *
+                                              static_cast<double>(independent_reads_per_thread) *
+                                              1e-9 / (2 * span)
+                                        : 0;
+    sum += sums[0] + sums[1];
+  } catch (const std::system_error&) {
+    limit.independent_2t_ns = 0;  // no second thread: the line says so
   }
-  limit.independent_ns =
-      (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(independent_reads);
   limit.checksum = sum;
   return limit;
 }

@@ -117,7 +117,10 @@ class BlockIndex {
     /// misses are in flight at once (a lookup's ~600 keys cost about the memory system's
     /// random-read throughput, not 600 dependent round trips).
     void probe_many(const ProbeWindow* windows, std::size_t n, std::uint64_t* out) const override;
-    bool prefers_probe_many() const noexcept override { return true; }
+    /// True for a table of 64 MiB or more, whose probes miss the caches: lookups then fetch
+    /// their probe set up front through probe_many. A smaller table answers from cache, where
+    /// the window-by-window probes cost less CPU (and stop at a hole).
+    bool prefers_probe_many() const noexcept override;
 
    private:
     const BlockIndex* index_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "host/probes.hpp"
@@ -125,14 +126,36 @@ void expect_same(const LookupResult& actual, const LookupResult& expected, int t
   }
 }
 
-TEST(PlannedLookup, OnlyTheResidentIndexAsksForTheWholeProbeSet) {
-  BlockIndex index;
+/// Sends every resident-index lookup of a test through the planned path (small tables
+/// otherwise probe window by window), and restores the threshold afterwards.
+class PlannedPathForAllTables {
+ public:
+  PlannedPathForAllTables() { detail::set_planned_lookup_min_bytes(0); }
+  ~PlannedPathForAllTables() {
+    detail::set_planned_lookup_min_bytes(detail::kPlannedLookupMinBytes);
+  }
+  PlannedPathForAllTables(const PlannedPathForAllTables&) = delete;
+  PlannedPathForAllTables& operator=(const PlannedPathForAllTables&) = delete;
+};
+
+TEST(PlannedLookup, OnlyALargeResidentIndexAsksForTheWholeProbeSet) {
+  BlockIndex small;
   const KeySet set;
-  EXPECT_TRUE(index.view(0).prefers_probe_many());
+  EXPECT_FALSE(small.view(0).prefers_probe_many());  // answers from cache: window by window
   EXPECT_FALSE(set.prefers_probe_many());  // callbacks and remote stores keep per-window probes
+  BlockIndexOptions options;
+  options.initial_capacity = static_cast<std::size_t>(detail::kPlannedLookupMinBytes / 37 + 64);
+  const BlockIndex large(options);
+  EXPECT_TRUE(large.view(0).prefers_probe_many());
+  {
+    const PlannedPathForAllTables planned_everywhere;
+    EXPECT_TRUE(small.view(0).prefers_probe_many());
+  }
+  EXPECT_FALSE(small.view(0).prefers_probe_many());
 }
 
 TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
+  const PlannedPathForAllTables planned_everywhere;
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
@@ -199,6 +222,58 @@ TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
   EXPECT_GT(compared, 100);
 }
 
+TEST(PlannedLookup, TwoThreadBatchesRunningAtOnceShareTheBufferPool) {
+  // Batches big enough to split over two worker threads, from two callers at once: the lookup
+  // and probe_many buffers come from one process-wide pool (run under TSan in sanitizers.sh).
+  const PlannedPathForAllTables planned_everywhere;
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  Config config;
+  config.hash_block_size = 4;
+  config.scheduler_block_size = 256;
+  config.use_eagle = true;
+  config.groups = {GroupSpec::full_attention(256), GroupSpec::sliding_window_attention(64, 128),
+                   GroupSpec::sliding_window_attention(4, 8)};
+  const Coordinator c(config);
+  constexpr int kRequests = 40;
+  constexpr std::size_t kHashes = 4096;  // 40 x 4096 digests: two threads of 2^16 or more
+  BlockIndex index;
+  std::vector<BlockDigest> all;
+  std::vector<std::int64_t> offsets{0};
+  for (int r = 0; r < kRequests; ++r) {
+    const std::vector<BlockDigest> prompt = random_hashes(rng, kHashes);
+    copy_store(random_store(rng, config, prompt), config, prompt, index, 3);
+    all.insert(all.end(), prompt.begin(), prompt.end());
+    offsets.push_back(static_cast<std::int64_t>(all.size()));
+  }
+  const BlockIndex::View view = index.view(3);
+  LookupBatch batch;
+  batch.digests = all;
+  batch.offsets = offsets;
+  const std::vector<std::int64_t> max_lengths(kRequests,
+                                              static_cast<std::int64_t>(kHashes) * 4 - 1);
+  batch.max_lengths = max_lengths;
+  std::vector<LookupResult> expected;
+  for (int r = 0; r < kRequests; ++r) {
+    const std::vector<BlockDigest> prompt(all.begin() + offsets[r], all.begin() + offsets[r + 1]);
+    ErrorKind err = ErrorKind::ok;
+    expected.push_back(direct_lookup(c, prompt, batch.max_lengths[r], view, true, err));
+    ASSERT_EQ(err, ErrorKind::ok);
+  }
+  BatchOptions options;
+  options.num_threads = 2;
+  std::vector<BatchLookupResult> got(2);
+  std::thread other([&] { got[1] = c.find_longest_cache_hits(batch, view, options); });
+  got[0] = c.find_longest_cache_hits(batch, view, options);
+  other.join();
+  for (const BatchLookupResult& result : got) {
+    for (int r = 0; r < kRequests; ++r) {
+      expect_same(result.request(static_cast<std::size_t>(r)), expected[r], r);
+    }
+  }
+}
+
 /// A store that runs another lookup from inside probe_many, as a Python callback source may.
 class ReentrantSource final : public ExistenceSource {
  public:
@@ -261,7 +336,8 @@ TEST(PlannedLookup, ALookupInsideAStoreCallbackLeavesTheOuterOneExact) {
 }
 
 /// The conformance vectors through the resident index: the store's keys among the request's
-/// digests are copied into a BlockIndex, so every lookup takes the fetched-up-front path.
+/// digests are copied into a BlockIndex (a small one: window by window, unless a test sends every
+/// table through the fetched-up-front path).
 class ResidentIndexBackend final : public conformance::Backend {
  public:
   std::string name() const override { return "cpu-resident-index"; }
@@ -286,7 +362,9 @@ class ResidentIndexBackend final : public conformance::Backend {
   }
 };
 
-TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
+/// Every vector through a resident index, on the planned path (probe_many) and on the
+/// window-by-window path that small tables take.
+void run_every_vector_through_the_resident_index() {
   const std::vector<std::string> files =
       conformance::collect_vector_files({conformance::default_vectors_dir()});
   ASSERT_FALSE(files.empty());
@@ -300,6 +378,14 @@ TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
     }
   }
   EXPECT_GT(cases, 1000U);
+}
+
+TEST(PlannedLookup, EveryVectorPassesThroughTheResidentIndex) {
+  {
+    const PlannedPathForAllTables planned_everywhere;
+    run_every_vector_through_the_resident_index();
+  }
+  run_every_vector_through_the_resident_index();
 }
 
 }  // namespace
