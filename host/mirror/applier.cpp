@@ -142,18 +142,26 @@ struct EventApplier::Impl {
     constexpr std::size_t kAhead = 12;
     const std::size_t first = begin->first_key;
     const std::size_t last = (end - 1)->first_key + (end - 1)->num_keys;
+    // Each key is hashed once, when prefetched.
+    hashes.resize(last - first);
+    auto ahead = [&](std::size_t j) {
+      hashes[j - first] = counts.hash_of(batch.keys[j]);
+      counts.prefetch(hashes[j - first]);
+    };
     for (std::size_t j = first; j < std::min(last, first + kAhead); ++j) {
-      counts.prefetch(batch.keys[j]);
+      ahead(j);
     }
     for (const mirror::DecodedEvent* ev = begin; ev != end; ++ev) {
       const mirror::Holder holder{ev->rank, ev->medium};
       const bool stored = ev->type == mirror::EventType::stored;
       for (std::size_t j = ev->first_key; j < ev->first_key + ev->num_keys; ++j) {
         if (j + kAhead < last) {
-          counts.prefetch(batch.keys[j + kAhead]);
+          ahead(j + kAhead);
         }
         const EventKey& key = batch.keys[j];
-        const std::size_t i = stored ? counts.find_or_add(key) : counts.find(key);
+        const std::uint64_t h = hashes[j - first];
+        const std::size_t i =
+            stored ? counts.find_or_add_hashed(key, h) : counts.find_hashed(key, h);
         if (i == SIZE_MAX) {
           continue;  // removed but never stored here (or before this mirror joined)
         }
@@ -286,6 +294,7 @@ struct EventApplier::Impl {
   std::vector<EventKey> inserted;
   std::vector<Change> undo;
   std::vector<std::size_t> run_entries;
+  std::vector<std::uint64_t> hashes;  // of the run's keys
   std::uint32_t epoch = 0;
   EventMirrorStats stats;
 };
