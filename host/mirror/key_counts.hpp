@@ -161,16 +161,30 @@ class KeyCounts {
   /// Drops the entries among `indices` that have no holders left (duplicates allowed). Entry
   /// indices are invalid afterwards: deletion moves entries.
   void drop_empty(const std::vector<std::size_t>& indices) {
-    doomed_.clear();
+    begin_drops();
     for (const std::size_t i : indices) {
-      const Entry& e = slots_[i];
-      if (tags_[i] != 0 && e.first_count == 0 && (e.more == 0 || more_[e.more - 1].empty())) {
-        doomed_.push_back(tags_[i]);
-      }
+      note_if_empty(i);
     }
+    drop_noted();
+  }
+
+  /// drop_empty() in two steps, so that the emptiness test can run while the entries are in
+  /// cache: begin_drops(), note_if_empty() for each candidate, then drop_noted() once no
+  /// entry changes any more.
+  void begin_drops() { doomed_.clear(); }
+  void note_if_empty(std::size_t i) {
+    if (tags_[i] != 0 && empty_entry(i)) {
+      doomed_.push_back(tags_[i]);
+    }
+  }
+  void drop_noted() {
     // A deletion moves entries: each doomed one is found again by its tag (relocate()).
-    for (const std::uint32_t tag : doomed_) {
-      const std::size_t i = relocate(tag);
+    constexpr std::size_t kAhead = 8;
+    for (std::size_t k = 0; k < doomed_.size(); ++k) {
+      if (k + kAhead < doomed_.size()) {
+        __builtin_prefetch(&slots_[doomed_[k + kAhead] & mask_], 0, 3);
+      }
+      const std::size_t i = relocate(doomed_[k]);
       if (i != SIZE_MAX) {
         erase_at(i);
       }
