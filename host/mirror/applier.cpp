@@ -102,13 +102,6 @@ struct EventApplier::Impl {
     stats.hashes_removed += ev.num_keys;
   }
 
-  /// One holder change of a batched run, for undoing it.
-  struct Change {
-    std::size_t entry;
-    mirror::Holder holder;
-    int delta;
-  };
-
   /// First touch of entry `i` in this run: remember its presence before the run.
   void mark(std::size_t i) {
     mirror::KeyCounts::Entry& e = counts.at(i);
@@ -135,41 +128,52 @@ struct EventApplier::Impl {
       counts.for_each([](std::size_t, mirror::KeyCounts::Entry& e) { e.epoch = 0; });
       epoch = 1;
     }
-    undo.clear();
     run_entries.clear();
     // The run's keys are contiguous in the batch: prefetch a fixed distance ahead so that the
     // slots' cache misses overlap.
     constexpr std::size_t kAhead = 12;
     const std::size_t first = begin->first_key;
     const std::size_t last = (end - 1)->first_key + (end - 1)->num_keys;
+    // Each key is hashed once, when prefetched.
+    hashes.resize(last - first);
+    applied.resize(last - first);
+    auto ahead = [&](std::size_t j) {
+      hashes[j - first] = counts.hash_of(batch.keys[j]);
+      counts.prefetch(hashes[j - first]);
+    };
     for (std::size_t j = first; j < std::min(last, first + kAhead); ++j) {
-      counts.prefetch(batch.keys[j]);
+      ahead(j);
     }
     for (const mirror::DecodedEvent* ev = begin; ev != end; ++ev) {
       const mirror::Holder holder{ev->rank, ev->medium};
       const bool stored = ev->type == mirror::EventType::stored;
       for (std::size_t j = ev->first_key; j < ev->first_key + ev->num_keys; ++j) {
         if (j + kAhead < last) {
-          counts.prefetch(batch.keys[j + kAhead]);
+          ahead(j + kAhead);
         }
         const EventKey& key = batch.keys[j];
-        const std::size_t i = stored ? counts.find_or_add(key) : counts.find(key);
+        const std::uint64_t h = hashes[j - first];
+        const std::size_t i =
+            stored ? counts.find_or_add_hashed(key, h) : counts.find_hashed(key, h);
+        // The run's undo log: one byte per key, the key's entry when it changed (the rare undo
+        // finds it again; indices stay valid for the whole run).
+        applied[j - first] = 0;
         if (i == SIZE_MAX) {
           continue;  // removed but never stored here (or before this mirror joined)
         }
         mark(i);
-        if (counts.add(i, holder, stored ? +1 : -1)) {
-          undo.push_back(Change{i, holder, stored ? +1 : -1});
-        }
+        applied[j - first] = counts.add(i, holder, stored ? +1 : -1) ? 1 : 0;
       }
     }
     inserted.clear();
     changed.clear();  // erased
+    counts.begin_drops();
     for (const std::size_t i : run_entries) {
       const bool now = present(i);
       if (now != counts.at(i).was_present) {
         (now ? inserted : changed).push_back(mirror::KeyCounts::key_of(counts.at(i)));
       }
+      counts.note_if_empty(i);  // while the entry is in cache: dropped after the sink's calls
     }
     // Erase first: a lookup in between sees only keys present both before and after the run
     // (never a key the run removed).
@@ -196,14 +200,11 @@ struct EventApplier::Impl {
       }
     }
     if (!ok) {
-      for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
-        counts.add(it->entry, it->holder, -it->delta);
-      }
-    }
-    counts.drop_empty(run_entries);
-    if (!ok) {
+      undo_run(begin, end);
+      counts.drop_empty(run_entries);
       return false;
     }
+    counts.drop_noted();
     present_keys += inserted.size();
     present_keys -= changed.size();
     for (const mirror::DecodedEvent* ev = begin; ev != end; ++ev) {
@@ -216,6 +217,21 @@ struct EventApplier::Impl {
       }
     }
     return true;
+  }
+
+  /// Undoes the holder changes of a run, last first.
+  void undo_run(const mirror::DecodedEvent* begin, const mirror::DecodedEvent* end) {
+    const std::size_t first = begin->first_key;
+    for (const mirror::DecodedEvent* ev = end; ev != begin;) {
+      --ev;
+      const mirror::Holder holder{ev->rank, ev->medium};
+      const int delta = ev->type == mirror::EventType::stored ? -1 : +1;
+      for (std::size_t j = ev->first_key + ev->num_keys; j-- > ev->first_key;) {
+        if (applied[j - first] != 0) {
+          counts.add(counts.find_hashed(batch.keys[j], hashes[j - first]), holder, delta);
+        }
+      }
+    }
   }
 
   /// Applies one event on its own (stored or removed); a sink refusal is counted and skipped.
@@ -284,8 +300,9 @@ struct EventApplier::Impl {
   std::vector<std::size_t> touched;
   std::vector<EventKey> changed;
   std::vector<EventKey> inserted;
-  std::vector<Change> undo;
   std::vector<std::size_t> run_entries;
+  std::vector<std::uint64_t> hashes;  // of the run's keys
+  std::vector<std::uint8_t> applied;  // per key of the run: its holder count changed
   std::uint32_t epoch = 0;
   EventMirrorStats stats;
 };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -291,6 +292,91 @@ TEST(KeyCounts, ChurnKeepsEveryKeyFindable) {
     counts.drop_empty(touched);
     for (std::uint64_t h = 0; h < 3000; ++h) {
       ASSERT_EQ(counts.find(key(h)) != SIZE_MAX, live.count(h) != 0) << "round " << round;
+    }
+  }
+}
+
+/// Several holders per key (extra holders in the side pool, which entries release on deletion
+/// and reuse): under churn with deletions moving entries, every key's holder counts and rank
+/// count match a model, and a key is findable exactly while it has a holder.
+TEST(KeyCounts, ManyHoldersMatchAModel) {
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::cout << "[ seed ] " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  mirror::KeyCounts counts(rng());
+  auto key = [](std::uint64_t h) {
+    EventKey k;
+    for (int b = 0; b < 8; ++b) {
+      k.bytes[static_cast<std::size_t>(b)] = static_cast<std::uint8_t>(h >> (56 - 8 * b));
+    }
+    k.digest_size = 8;
+    k.group_id = static_cast<std::int32_t>(h % 2);
+    return k;
+  };
+  constexpr std::uint64_t kKeys = 1500;
+  // model[h][(rank, medium)] = count
+  std::map<std::uint64_t, std::map<std::pair<int, int>, int>> model;
+  for (int round = 0; round < 300; ++round) {
+    if (round % 97 == 96) {
+      counts.clear();
+      model.clear();
+    }
+    std::vector<std::size_t> touched;
+    const std::size_t n = 1 + rng() % 48;
+    counts.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t h = rng() % kKeys;
+      const mirror::Holder holder{static_cast<std::uint16_t>(rng() % 3),
+                                  static_cast<std::uint16_t>(rng() % 3)};
+      const std::pair<int, int> mh{holder.rank, holder.medium};
+      if (rng() % 2 == 0) {
+        counts.add(counts.find_or_add(key(h)), holder, +1);
+        ++model[h][mh];
+      } else {
+        const std::size_t e = counts.find(key(h));
+        auto it = model.find(h);
+        const bool held = it != model.end() && it->second.count(mh) != 0;
+        if (e == SIZE_MAX) {
+          ASSERT_FALSE(held) << "round " << round;
+          continue;
+        }
+        ASSERT_EQ(counts.add(e, holder, -1), held) << "round " << round;
+        touched.push_back(e);
+        if (held && --it->second[mh] == 0) {
+          it->second.erase(mh);
+          if (it->second.empty()) {
+            model.erase(it);
+          }
+        }
+      }
+    }
+    counts.drop_empty(touched);
+    for (std::uint64_t h = 0; h < kKeys; ++h) {
+      const std::size_t e = counts.find(key(h));
+      const auto it = model.find(h);
+      ASSERT_EQ(e != SIZE_MAX, it != model.end()) << "round " << round << " key " << h;
+      if (e == SIZE_MAX) {
+        continue;
+      }
+      std::set<int> ranks;
+      for (const auto& [mh, c] : it->second) {
+        ranks.insert(mh.first);
+      }
+      ASSERT_EQ(counts.at(e).ranks_present, ranks.size()) << "round " << round << " key " << h;
+      // Each holder's count: removing it count times succeeds, once more fails; then put back.
+      for (const auto& [mh, c] : it->second) {
+        const mirror::Holder holder{static_cast<std::uint16_t>(mh.first),
+                                    static_cast<std::uint16_t>(mh.second)};
+        for (int k = 0; k < c; ++k) {
+          ASSERT_TRUE(counts.add(e, holder, -1));
+        }
+        ASSERT_FALSE(counts.add(e, holder, -1)) << "round " << round << " key " << h;
+        for (int k = 0; k < c; ++k) {
+          counts.add(e, holder, +1);
+        }
+      }
+      ASSERT_EQ(counts.at(e).ranks_present, ranks.size());
     }
   }
 }
