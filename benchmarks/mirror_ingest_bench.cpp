@@ -9,7 +9,8 @@
 //                        last sequence is applied.
 //   BM_IndexEraseBatch:  what the mirror's erase costs in the index alone: BlockIndex::erase of
 //                        1024 present keys (random digests) from an index of N keys, which are
-//                        put back untimed; N = 8K (the default table, in L3, as above) and 1M (out of cache).
+//                        put back untimed; N = 8K (the default table, in L3, as above) and 1M (out
+//                        of cache).
 // docs/perf/mirror.md records the figures.
 #if defined(PREFIXHIT_BENCH_MIRROR)
 
