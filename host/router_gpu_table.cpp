@@ -128,9 +128,9 @@ WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::
   std::vector<std::uint32_t> distinct;
   std::vector<std::uint64_t> signature(static_cast<std::size_t>(nw));
   std::vector<std::int32_t> order(static_cast<std::size_t>(nw));
-  std::vector<std::int32_t> reps;                         // a signature bucket's classes
-  std::vector<std::vector<std::int32_t>> bucket_classes;  // their members
-  std::vector<std::vector<std::int32_t>> classes;         // the request's, to sort by rep
+  std::vector<std::int32_t> reps;  // a signature bucket's classes, by representative
+  std::vector<std::int32_t> rep_of(static_cast<std::size_t>(nw));  // a worker's representative
+  std::vector<std::int64_t> slot(static_cast<std::size_t>(nw));    // a class's size, next slot
   for (std::size_t r = 0; r < num_requests; ++r) {
     // Set 0 (nobody) and kBadDigestSet read alike for every worker: they split no class.
     distinct.clear();
@@ -164,7 +164,6 @@ WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::
       const std::uint64_t sb = signature[static_cast<std::size_t>(b)];
       return sa != sb ? sa < sb : a < b;
     });
-    classes.clear();
     for (std::size_t i = 0; i < order.size();) {
       std::size_t j = i + 1;
       while (j < order.size() && signature[static_cast<std::size_t>(order[j])] ==
@@ -172,9 +171,9 @@ WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::
         ++j;
       }
       // Confirm: a worker joins a class only if its bit equals the representative's on every
-      // distinct set, so a collision costs a split, never a wrong answer.
+      // distinct set, so a collision costs a split, never a wrong answer. A bucket runs in
+      // worker order, so each representative is its class's lowest worker.
       reps.clear();
-      bucket_classes.clear();
       for (std::size_t k = i; k < j; ++k) {
         const std::int32_t w = order[k];
         std::size_t c = 0;
@@ -185,24 +184,32 @@ WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::
         }
         if (c == reps.size()) {
           reps.push_back(w);
-          bucket_classes.emplace_back();
-          if (c > 0) {
-            ++out.collisions;
-          }
+          out.collisions += c > 0 ? 1 : 0;
         }
-        bucket_classes[c].push_back(w);
-      }
-      for (auto& members : bucket_classes) {
-        classes.push_back(std::move(members));
+        rep_of[static_cast<std::size_t>(w)] = reps[c];
       }
       i = j;
     }
-    std::sort(classes.begin(), classes.end(),
-              [](const auto& a, const auto& b) { return a.front() < b.front(); });
-    for (const auto& members : classes) {
-      out.requests.push_back(static_cast<std::uint32_t>(r));
-      out.members.insert(out.members.end(), members.begin(), members.end());
-      out.member_offsets.push_back(static_cast<std::int64_t>(out.members.size()));
+    // Emit the classes by representative, members ascending (a counting sort: no allocation
+    // per class).
+    std::fill(slot.begin(), slot.end(), 0);
+    for (const std::int32_t rep : rep_of) {
+      ++slot[static_cast<std::size_t>(rep)];
+    }
+    auto at = static_cast<std::int64_t>(out.members.size());
+    for (int w = 0; w < nw; ++w) {
+      if (rep_of[static_cast<std::size_t>(w)] == w) {
+        const std::int64_t size = slot[static_cast<std::size_t>(w)];
+        slot[static_cast<std::size_t>(w)] = at;
+        at += size;
+        out.requests.push_back(static_cast<std::uint32_t>(r));
+        out.member_offsets.push_back(at);
+      }
+    }
+    out.members.resize(static_cast<std::size_t>(at));
+    for (int w = 0; w < nw; ++w) {
+      const auto rep = static_cast<std::size_t>(rep_of[static_cast<std::size_t>(w)]);
+      out.members[static_cast<std::size_t>(slot[rep]++)] = w;
     }
   }
   return out;
