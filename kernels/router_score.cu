@@ -1,9 +1,10 @@
 // GPU router scoring (router_gpu.hpp): the scoring kernel, its launcher and the engine over a
 // host-built worker-set table (the device residency index's path is device_residency.cu).
 //
-// One thread per (request, worker), grid-stride. Threads of a warp are consecutive workers of
-// one request, so they read the same table entries (one broadcast load) and neighbouring words
-// of the same worker sets; their finders diverge only where the workers' keys differ.
+// Grid-stride, one thread per (request, worker class) when the host grouped the workers (the
+// thread scores the class's representative and writes every member's row), else one per
+// (request, worker). Either way neighbouring threads mostly share a request, so they read the
+// same table entries (one broadcast load).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -26,12 +27,31 @@ namespace kernels {
 __global__ void __launch_bounds__(kScoreThreads)
     router_score_kernel(const __grid_constant__ detail::LookupPlan plan,
                         const __grid_constant__ RouterScoreArgs args) {
-  const std::int64_t total = args.num_requests * args.num_workers;
+  const bool by_class = args.members != nullptr;
+  const std::int64_t total = by_class ? args.num_classes : args.num_requests * args.num_workers;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += stride) {
-    const std::int64_t r = t / args.num_workers;
-    const std::int64_t w = t - r * args.num_workers;
+    std::int64_t r = 0;
+    std::int64_t w = 0;
+    const std::int32_t* members = nullptr;
+    std::int64_t count = 1;
+    if (by_class) {
+      r = args.class_requests[t];
+      const std::int64_t first = args.member_offsets[t];
+      count = args.member_offsets[t + 1] - first;
+      members = args.members + first;
+      if (r < 0 || r >= args.num_requests || count <= 0) {
+        continue;  // a malformed class writes nothing
+      }
+      w = members[0];
+      if (w < 0 || w >= args.num_workers) {
+        continue;
+      }
+    } else {
+      r = t / args.num_workers;
+      w = t - r * args.num_workers;
+    }
     const std::int64_t offset = args.offsets[r];
     const std::int64_t n = args.offsets[r + 1] - offset;
     const bool apply_eagle = args.apply_eagle == nullptr || args.apply_eagle[r] != 0;
@@ -44,7 +64,8 @@ __global__ void __launch_bounds__(kScoreThreads)
                                        w,
                                        args.tiers,
                                        args.tier_mask};
-    detail::score_worker(plan, args.max_lengths[r], apply_eagle, probe, t, args.out);
+    detail::score_worker_rows(plan, args.max_lengths[r], apply_eagle, probe, r * args.num_workers,
+                              members, count, args.num_workers, args.out);
   }
 }
 
@@ -157,13 +178,23 @@ const Coordinator& RouterScoreEngine::coordinator() const noexcept {
   return impl_->coordinator;
 }
 
-void RouterScoreEngine::score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
-                                            const DeviceScoreOutput& out,
-                                            cudaStream_t stream) const {
-  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::score_workers_async");
+namespace {
+
+void launch(const detail::LookupPlan& plan, int resident_blocks, const DeviceBatch& batch,
+            const DeviceWorkerSets& sets, const DeviceWorkerClasses* classes,
+            const DeviceScoreOutput& out, cudaStream_t stream) {
   require(batch, sets, out);
+  if (classes != nullptr && classes->num_classes < 0) {
+    throw InvalidArgument("score_workers: num_classes must not be negative");
+  }
+  if (classes != nullptr && classes->num_classes > 0 &&
+      (classes->requests == nullptr || classes->member_offsets == nullptr ||
+       classes->members == nullptr)) {
+    throw InvalidArgument("score_workers: class requests, member_offsets and members are required");
+  }
   const std::int64_t total = batch.num_requests * sets.num_workers;
-  if (total == 0) {
+  const std::int64_t items = classes != nullptr ? classes->num_classes : total;
+  if (total == 0 || items == 0) {
     return;
   }
   const kernels::RouterScoreArgs args{
@@ -178,11 +209,31 @@ void RouterScoreEngine::score_workers_async(const DeviceBatch& batch, const Devi
       (static_cast<std::int64_t>(sets.num_workers) * sets.num_tiers + 63) / 64,
       sets.num_tiers,
       sets.tier_mask,
-      detail::WorkerScoreOutputs{out.hit_lengths, out.num_blocks, out.num_placeholders,
-                                 out.status}};
-  check(kernels::launch_router_score(impl_->plan, args,
-                                     kernels::score_grid(total, impl_->resident_blocks), stream),
-        "router_score_kernel launch");
+      detail::WorkerScoreOutputs{out.hit_lengths, out.num_blocks, out.num_placeholders, out.status},
+      classes != nullptr ? classes->requests : nullptr,
+      classes != nullptr ? classes->member_offsets : nullptr,
+      classes != nullptr ? classes->members : nullptr,
+      classes != nullptr ? classes->num_classes : 0};
+  check(
+      kernels::launch_router_score(plan, args, kernels::score_grid(items, resident_blocks), stream),
+      "router_score_kernel launch");
+}
+
+}  // namespace
+
+void RouterScoreEngine::score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                                            const DeviceScoreOutput& out,
+                                            cudaStream_t stream) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::score_workers_async");
+  launch(impl_->plan, impl_->resident_blocks, batch, sets, nullptr, out, stream);
+}
+
+void RouterScoreEngine::score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                                            const DeviceWorkerClasses& classes,
+                                            const DeviceScoreOutput& out,
+                                            cudaStream_t stream) const {
+  PREFIXHIT_NVTX_RANGE("prefixhit::gpu::score_workers_async(classes)");
+  launch(impl_->plan, impl_->resident_blocks, batch, sets, &classes, out, stream);
 }
 
 void RouterScoreEngine::score_workers(const DeviceBatch& batch, const DeviceWorkerSets& sets,
@@ -213,7 +264,8 @@ std::vector<ErrorKind> RouterScoreEngine::Impl::run(const RouterScoreEngine& eng
                                                     const DeviceBatch& d,
                                                     const DeviceWorkerSets& table,
                                                     RouterScores& scores, cudaStream_t stream,
-                                                    LookupTiming* timing) {
+                                                    LookupTiming* timing,
+                                                    const DeviceWorkerClasses* classes) {
   const std::size_t rows = scores.num_requests * static_cast<std::size_t>(scores.num_workers);
   const std::size_t cells = rows * static_cast<std::size_t>(scores.num_groups);
   DeviceScoreOutput out;
@@ -222,7 +274,11 @@ std::vector<ErrorKind> RouterScoreEngine::Impl::run(const RouterScoreEngine& eng
   out.num_placeholders = num_placeholders.reserve(cells, "cudaMalloc(num_placeholders)");
   out.status = status.reserve(rows, "cudaMalloc(status)");
   scoring::ScoreTimer timer(timing, stream);
-  engine.score_workers_async(d, table, out, stream);
+  if (classes != nullptr) {
+    engine.score_workers_async(d, table, *classes, out, stream);
+  } else {
+    engine.score_workers_async(d, table, out, stream);
+  }
   timer.stop();
   std::vector<ErrorKind> result(rows);
   copy_async(scores.hit_lengths.data(), out.hit_lengths, rows * sizeof(std::int64_t),
@@ -245,9 +301,11 @@ RouterScores RouterScoreEngine::score_workers(const LookupBatch& batch,
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::score_workers");
   Impl& impl = *impl_;
   const WorkerSetTable table = build_worker_set_table(impl.coordinator, batch, residency, options);
+  const WorkerClasses classes = build_worker_classes(table, batch.offsets);
   RouterScores scores =
       scoring::empty_scores(batch.num_requests(), table.num_workers, table.num_groups);
   scores.index_reads = table.index_reads;
+  scores.classes = classes.num_classes();
   if (scores.hit_lengths.empty()) {
     return scores;
   }
@@ -260,7 +318,14 @@ RouterScores RouterScoreEngine::score_workers(const LookupBatch& batch,
     sets.sets = impl.sets.upload(table.sets, stream, "cudaMemcpyAsync(sets)");
     sets.num_sets = static_cast<std::int64_t>(table.num_sets());
     sets.num_workers = table.num_workers;
-    status = impl.run(*this, d, sets, scores, stream, timing);
+    DeviceWorkerClasses dc;
+    dc.num_classes = static_cast<std::int64_t>(classes.num_classes());
+    dc.requests =
+        impl.class_requests.upload(classes.requests, stream, "cudaMemcpyAsync(class requests)");
+    dc.member_offsets = impl.member_offsets.upload(classes.member_offsets, stream,
+                                                   "cudaMemcpyAsync(member_offsets)");
+    dc.members = impl.members.upload(classes.members, stream, "cudaMemcpyAsync(members)");
+    status = impl.run(*this, d, sets, scores, stream, timing, &dc);
   }
   const auto nw = static_cast<std::size_t>(table.num_workers);
   for (std::size_t row = 0; row < status.size(); ++row) {

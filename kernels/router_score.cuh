@@ -37,6 +37,11 @@ struct RouterScoreArgs {
   std::int32_t tiers;
   std::uint32_t tier_mask;
   detail::WorkerScoreOutputs out;
+  /// Null: one item per (request, worker). Else one per class (router_gpu.hpp WorkerClasses).
+  const std::uint32_t* class_requests;
+  const std::int64_t* member_offsets;
+  const std::int32_t* members;
+  std::int64_t num_classes;
 };
 
 cudaError_t launch_router_score(const detail::LookupPlan& plan, const RouterScoreArgs& args,
@@ -186,6 +191,9 @@ struct RouterScoreEngine::Impl {
   scoring::Staging<std::uint8_t> apply_eagle;
   scoring::Staging<std::uint32_t> set_ids;
   scoring::Staging<std::uint64_t> sets;
+  scoring::Staging<std::uint32_t> class_requests;
+  scoring::Staging<std::int64_t> member_offsets;
+  scoring::Staging<std::int32_t> members;
   scoring::Staging<std::int64_t> hit_lengths;
   scoring::Staging<std::int64_t> num_blocks;
   scoring::Staging<std::int64_t> num_placeholders;
@@ -195,9 +203,11 @@ struct RouterScoreEngine::Impl {
   DeviceBatch stage(const LookupBatch& batch, cudaStream_t stream);
   /// Scores the staged batch over `sets` (on the device) into `scores` (sized by the caller) and
   /// returns the per-(request, worker) status; synchronises the stream. Caller holds `mutex`.
+  /// With `classes`, one thread per class, else per (request, worker).
   std::vector<ErrorKind> run(const RouterScoreEngine& engine, const DeviceBatch& d,
                              const DeviceWorkerSets& table, RouterScores& scores,
-                             cudaStream_t stream, LookupTiming* timing);
+                             cudaStream_t stream, LookupTiming* timing,
+                             const DeviceWorkerClasses* classes = nullptr);
 };
 
 }  // namespace gpu

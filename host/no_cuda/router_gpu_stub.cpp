@@ -38,6 +38,11 @@ void RouterScoreEngine::score_workers_async(const DeviceBatch&, const DeviceWork
                                             const DeviceScoreOutput&, cudaStream_t) const {
   unavailable();
 }
+void RouterScoreEngine::score_workers_async(const DeviceBatch&, const DeviceWorkerSets&,
+                                            const DeviceWorkerClasses&, const DeviceScoreOutput&,
+                                            cudaStream_t) const {
+  unavailable();
+}
 void RouterScoreEngine::score_workers(const DeviceBatch&, const DeviceWorkerSets&,
                                       const DeviceScoreOutput&, cudaStream_t, LookupTiming*) const {
   unavailable();

@@ -1,14 +1,16 @@
 // The GPU path of router scoring (issue 12): every worker's exact prefix hit for a batch of
-// requests, one CUDA thread per (request, worker), running the shared finders
-// (detail/finders.hpp) that the CPU engine and the batch lookup kernel run.
+// requests, running the shared finders (detail/finders.hpp) that the CPU engine and the batch
+// lookup kernel run: one CUDA thread per (request, worker class), or per (request, worker).
 //
 // How: a host pass reads, for each request, every key its finders may probe (each spec group's
 // block keys, or every hash for a fine-grained group) from the CPU ResidencyIndex once, and
 // writes the key's worker set as a small id into a table laid out like gpu.hpp's presence table
 // (request r's block at G*offsets[r], entry (g, i) at G*offsets[r] + g*n_r + i). The distinct
 // worker sets the batch touches go to the device as bitsets of W bits (tiers already folded by
-// the tier mask). Thread (r, w) then runs the finders with an existence functor that tests bit w
-// of the probed key's set (detail/worker_set_probe.hpp).
+// the tier mask). Workers whose bits agree on every set a request's table names answer every
+// probe alike, so the host groups them into classes (build_worker_classes); thread (r, c) runs
+// the finders for class c's representative worker with an existence functor that tests its bit
+// of the probed key's set (detail/worker_set_probe.hpp), and writes the result to every member.
 //
 // A DeviceResidencyIndex (a device snapshot of the CPU index) lets a kernel build the same
 // table from the batch's digests instead.
@@ -53,6 +55,29 @@ struct WorkerSetTable {
 WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
                                       const ResidencyIndex& residency,
                                       const ScoreOptions& options = {});
+
+/// Request r's workers split into classes that agree on every set id r's table entries name (so
+/// their lookups read the same answers and end alike). Class c belongs to request requests[c];
+/// its workers are members[member_offsets[c] .. member_offsets[c+1]), ascending, the first being
+/// its representative. Classes run request by request, by representative.
+struct WorkerClasses {
+  std::vector<std::uint32_t> requests;       ///< [C]
+  std::vector<std::int64_t> member_offsets;  ///< [C + 1]
+  std::vector<std::int32_t> members;         ///< [R * W]
+  /// Classes split off by the bit check from workers of one signature (signature collisions).
+  std::size_t collisions = 0;
+
+  std::size_t num_classes() const noexcept { return requests.size(); }
+};
+
+/// Groups each request's workers by the bits of the set ids its block of `table` names. A
+/// signature per worker (the XOR of a random word per set that holds it) finds candidates; every
+/// member is then compared bit by bit with its representative, so a signature collision splits a
+/// class and never merges workers that differ. Cost: the sets' members plus W per distinct set
+/// per request, not probes x W. `signature_mask` narrows the signatures (tests use it to force
+/// collisions). `offsets` as LookupBatch::offsets, already validated.
+WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::int64_t> offsets,
+                                   std::uint64_t signature_mask = ~std::uint64_t{0});
 
 /// A WorkerSetTable in device memory. Sets may keep tiers apart: num_tiers columns per worker
 /// (column w * num_tiers + t); worker w holds a key when a column of a tier in tier_mask is set.
@@ -127,6 +152,14 @@ class DeviceResidencyIndex {
   std::unique_ptr<Impl> impl_;
 };
 
+/// A WorkerClasses in device memory.
+struct DeviceWorkerClasses {
+  std::int64_t num_classes = 0;
+  const std::uint32_t* requests = nullptr;       ///< [num_classes]
+  const std::int64_t* member_offsets = nullptr;  ///< [num_classes + 1]
+  const std::int32_t* members = nullptr;         ///< worker ids; ids outside [0, W) are skipped
+};
+
 /// Where the scores go, in device memory: RouterScores' layout, row = r * W + w.
 struct DeviceScoreOutput {
   std::int64_t* hit_lengths = nullptr;       ///< [R * W]
@@ -156,22 +189,31 @@ class RouterScoreEngine {
   // `batch` as gpu.hpp's DeviceBatch (digests are not read: the table stands for them). Errors
   // of a (request, worker) go to status. Throws InvalidArgument for missing pointers or negative
   // counts, CudaError when the launch fails. An empty batch launches nothing.
+  // This form runs one thread per (request, worker); the next, one per class.
   void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
                            const DeviceScoreOutput& out, cudaStream_t stream) const;
+  /// One thread per class of `classes` (built by build_worker_classes from the same table): each
+  /// scores its representative and writes every member's row. Rows of workers in no class are
+  /// not written. Throws InvalidArgument for missing class arrays.
+  void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
+                           const DeviceWorkerClasses& classes, const DeviceScoreOutput& out,
+                           cudaStream_t stream) const;
   void score_workers(const DeviceBatch& batch, const DeviceWorkerSets& sets,
                      const DeviceScoreOutput& out, cudaStream_t stream,
                      LookupTiming* timing = nullptr) const;
 
   // ---- host arrays in, host result out ---------------------------------------------------------
   /// The CPU score_workers' contract: same RouterScores (hit_lengths, num_blocks,
-  /// num_placeholders; index_reads counts the host pass's reads; classes and probes are 0, the
-  /// GPU path has no classes), same errors and messages ("score_workers: request <r>: ...").
+  /// num_placeholders; index_reads counts the host pass's reads; classes counts the
+  /// build_worker_classes classes, one GPU thread each; probes is 0), same errors and messages
+  /// ("score_workers: request <r>: ...").
   RouterScores score_workers(const LookupBatch& batch, const ResidencyIndex& residency,
                              const ScoreOptions& options = {}, cudaStream_t stream = nullptr,
                              LookupTiming* timing = nullptr) const;
 
   /// The same over a device residency index: the digests go to the device and a kernel builds
-  /// the table from `residency` (no host pass). Errors have the CPU scorer's kinds; a finder
+  /// the table from `residency` (no host pass), so no classes: one thread per (request, worker)
+  /// and classes is 0. Errors have the CPU scorer's kinds; a finder
   /// error or bad length has its message too, a misfit hash names the request and the width.
   /// `residency` must not be refreshed concurrently.
   RouterScores score_workers(const LookupBatch& batch, const DeviceResidencyIndex& residency,

@@ -641,9 +641,11 @@ def score_workers(
     namespace: int = 0,
     tier_mask: int = 0xFFFFFFFF,
     num_threads: int = 0,
+    gpu: bool = False,
 ) -> RouterScores:
     """Every worker's exact hit for every request (result [r, w] equals find_longest_cache_hit
-    on worker w's own keys), without the GIL."""
+    on worker w's own keys), without the GIL. gpu=True scores on the GPU (same results and
+    errors); BackendUnavailableError without a CUDA device."""
 
 def top_k_workers(
     hit_lengths: numpy.ndarray | RouterScores, k: int, load: Sequence[float] | numpy.ndarray | None = None

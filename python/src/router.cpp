@@ -1,5 +1,6 @@
 // Router mode (issue 12) in Python: prefixhit.ResidencyIndex (which workers hold which keys),
-// score_workers (every worker's exact hit for a batch) and top_k_workers.
+// score_workers (every worker's exact hit for a batch, on the CPU or, with gpu=True, on the GPU
+// scorer of router_gpu.hpp) and top_k_workers.
 #include <nanobind/stl/string.h>
 
 #include <string>
@@ -8,6 +9,7 @@
 #include "common.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router.hpp"
+#include "prefixhit/router_gpu.hpp"
 
 namespace prefixhit::py {
 
@@ -109,8 +111,11 @@ std::vector<std::uint8_t> eagle_flags(nb::handle apply_eagle, std::size_t reques
 PyRouterScores score(const PyCoordinator& coordinator, nb::handle digests, nb::handle offsets,
                      nb::handle max_lengths, const ResidencyIndex& residency,
                      nb::handle apply_eagle, std::int64_t ns, std::int64_t tier_mask,
-                     int num_threads) {
+                     int num_threads, bool gpu) {
   const Coordinator& c = coordinator.c;
+  if (gpu && !gpu::device_available()) {  // before reading any argument: a clear first error
+    throw Unavailable("score_workers(gpu=True) needs a CUDA device: " + gpu::describe_device());
+  }
   const Digests d(digests, "digests", DigestShape::sequence_or_flat, c.config().digest_size);
   const IntArray<std::int64_t> offs(offsets, "offsets");
   const std::size_t requests = offs.size() == 0 ? 0 : offs.size() - 1;
@@ -134,7 +139,10 @@ PyRouterScores score(const PyCoordinator& coordinator, nb::handle digests, nb::h
   RouterScores scores;
   {
     nb::gil_scoped_release release;
-    scores = score_workers(c, batch, residency, options);
+    // The GPU scorer builds its engine per call (device query, staging): simple, and small next
+    // to a batch's transfers.
+    scores = gpu ? gpu::score_workers(c, batch, residency, options)
+                 : score_workers(c, batch, residency, options);
   }
   return to_python(std::move(scores));
 }
@@ -373,24 +381,26 @@ void bind_router(nb::module_& m) {
       "score_workers",
       [](const PyCoordinator& coordinator, nb::handle digests, nb::handle offsets,
          nb::handle max_lengths, const ResidencyIndex& residency, nb::handle apply_eagle,
-         std::int64_t ns, std::int64_t tier_mask, int num_threads) {
+         std::int64_t ns, std::int64_t tier_mask, int num_threads, bool gpu) {
         return score(coordinator, digests, offsets, max_lengths, residency, apply_eagle, ns,
-                     tier_mask, num_threads);
+                     tier_mask, num_threads, gpu);
       },
       nb::arg("coordinator"), nb::arg("digests").none(), nb::arg("offsets").none(),
       nb::arg("max_lengths").none(), nb::arg("residency"), nb::kw_only(),
       nb::arg("apply_eagle").none() = nb::none(), nb::arg("namespace") = 0,
-      nb::arg("tier_mask") = 0xFFFFFFFFLL, nb::arg("num_threads") = 0,
+      nb::arg("tier_mask") = 0xFFFFFFFFLL, nb::arg("num_threads") = 0, nb::arg("gpu") = false,
       nb::sig("def score_workers(coordinator: Coordinator, digests: Digests, offsets: IntArray, "
               "max_lengths: int | IntArray, residency: ResidencyIndex, *, "
               "apply_eagle: bool | Sequence[bool] | numpy.ndarray | None = None, "
-              "namespace: int = 0, tier_mask: int = 0xFFFFFFFF, num_threads: int = 0) -> "
-              "RouterScores"),
+              "namespace: int = 0, tier_mask: int = 0xFFFFFFFF, num_threads: int = 0, "
+              "gpu: bool = False) -> RouterScores"),
       "Every worker's exact hit for every request: result [r, w] equals "
       "coordinator.find_longest_cache_hit on worker w's own keys, computed in one pass over "
       "each request's probes. The batch arguments are those of find_longest_cache_hits. "
       "tier_mask: tiers that count as held (bit t: tier t). num_threads: 0 for every hardware "
-      "thread. Runs without the GIL; errors name the first failing request.");
+      "thread. gpu: score on the GPU (one thread per worker class; same results and errors; "
+      "num_threads unused), BackendUnavailableError without a CUDA device or CUDA build. Runs "
+      "without the GIL; errors name the first failing request.");
 
   m.def(
       "top_k_workers",

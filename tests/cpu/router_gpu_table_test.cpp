@@ -3,6 +3,8 @@
 // worker), here run on the host over the table, against the CPU score_workers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -76,6 +78,120 @@ TEST(RouterGpuTable, HostTwinOfTheKernelEqualsTheCpuScorer) {
     ASSERT_EQ(placeholders, cpu.num_placeholders) << "trial " << trial;
   }
   EXPECT_GT(compared, 1000);
+}
+
+bool holds(const gpu::WorkerSetTable& table, std::uint32_t set, int w) {
+  return ((table.sets[set * table.words + static_cast<std::size_t>(w) / 64] >> (w % 64)) & 1U) != 0;
+}
+
+// build_worker_classes gives exactly the classes of workers that agree on every set id of the
+// request (whatever the signature width: a collision only splits), and scoring each class's
+// representative once, written to every member (the kernel's per-class step), equals the CPU.
+TEST(RouterGpuTable, WorkerClassesAreExactAndScoreLikeEveryWorker) {
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::size_t classes_total = 0;
+  std::size_t rows_total = 0;
+  std::size_t collisions = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const Config config = testing::random_config(rng);
+    const Coordinator c(config);
+    const int workers = std::vector<int>{1, 3, 64, 65, 100}[rng() % 5];
+    const testing::router::RouterCase rc =
+        testing::router::random_router_case(rng, c, workers, 1 + static_cast<int>(rng() % 2), 70);
+    const LookupBatch batch = rc.batch();
+    ScoreOptions options;
+    options.tier_mask = rng() % 2 == 0 ? ~0U : 1U;
+    RouterScores cpu;
+    try {
+      cpu = score_workers(c, batch, *rc.residency, options);
+    } catch (const Error&) {
+      continue;
+    }
+    const gpu::WorkerSetTable table = gpu::build_worker_set_table(c, batch, *rc.residency, options);
+    const gpu::WorkerClasses classes = gpu::build_worker_classes(table, batch.offsets);
+    const auto g = static_cast<std::size_t>(table.num_groups);
+    const std::size_t requests = batch.num_requests();
+    ASSERT_EQ(classes.member_offsets.size(), classes.num_classes() + 1);
+    ASSERT_EQ(classes.members.size(), requests * static_cast<std::size_t>(workers));
+    std::vector<int> seen(static_cast<std::size_t>(workers), -1);
+    for (std::size_t k = 0; k < classes.num_classes(); ++k) {
+      const std::size_t r = classes.requests[k];
+      ASSERT_LT(r, requests);
+      ASSERT_TRUE(k == 0 || classes.requests[k - 1] <= r);
+      std::vector<std::uint32_t> ids;
+      for (std::size_t e = static_cast<std::size_t>(batch.offsets[r]) * g;
+           e < static_cast<std::size_t>(batch.offsets[r + 1]) * g; ++e) {
+        if (table.set_ids[e] != 0 && table.set_ids[e] < table.num_sets()) {
+          ids.push_back(table.set_ids[e]);
+        }
+      }
+      const std::int32_t rep = classes.members[static_cast<std::size_t>(classes.member_offsets[k])];
+      for (auto m = classes.member_offsets[k]; m < classes.member_offsets[k + 1]; ++m) {
+        const std::int32_t w = classes.members[static_cast<std::size_t>(m)];
+        ASSERT_TRUE(m == classes.member_offsets[k] || classes.members[m - 1] < w);
+        ASSERT_NE(seen[static_cast<std::size_t>(w)], static_cast<int>(r)) << "worker twice";
+        seen[static_cast<std::size_t>(w)] = static_cast<int>(r);
+        for (const std::uint32_t id : ids) {
+          ASSERT_EQ(holds(table, id, w), holds(table, id, rep)) << "trial " << trial;
+        }
+      }
+      // Maximal: another class of the request differs from this one on some set.
+      for (std::size_t j = k + 1; j < classes.num_classes() && classes.requests[j] == r; ++j) {
+        const std::int32_t other =
+            classes.members[static_cast<std::size_t>(classes.member_offsets[j])];
+        EXPECT_TRUE(std::any_of(
+            ids.begin(), ids.end(),
+            [&](std::uint32_t id) { return holds(table, id, other) != holds(table, id, rep); }))
+            << "trial " << trial;
+      }
+    }
+    // Narrow signatures collide, but the bit check keeps the very same classes.
+    for (const std::uint64_t mask : {std::uint64_t{0}, std::uint64_t{1}}) {
+      const gpu::WorkerClasses narrow = gpu::build_worker_classes(table, batch.offsets, mask);
+      ASSERT_EQ(narrow.requests, classes.requests) << "mask " << mask;
+      ASSERT_EQ(narrow.member_offsets, classes.member_offsets) << "mask " << mask;
+      ASSERT_EQ(narrow.members, classes.members) << "mask " << mask;
+      collisions += narrow.collisions;
+    }
+    const detail::LookupPlan& plan = c.plan();
+    const std::size_t rows = requests * static_cast<std::size_t>(workers);
+    std::vector<std::int64_t> hits(rows, -1);
+    std::vector<std::int64_t> blocks(rows * g, -1);
+    std::vector<std::int64_t> placeholders(rows * g, -1);
+    std::vector<ErrorKind> status(rows, ErrorKind::capacity_exceeded);
+    const detail::WorkerScoreOutputs out{hits.data(), blocks.data(), placeholders.data(),
+                                         status.data()};
+    for (std::size_t k = 0; k < classes.num_classes(); ++k) {
+      const std::size_t r = classes.requests[k];
+      const std::int64_t off = batch.offsets[r];
+      const std::int32_t* members =
+          classes.members.data() + static_cast<std::size_t>(classes.member_offsets[k]);
+      const detail::WorkerSetProbe probe{&plan,
+                                         table.set_ids.data() + plan.num_groups * off,
+                                         batch.offsets[r + 1] - off,
+                                         table.sets.data(),
+                                         static_cast<std::int64_t>(table.num_sets()),
+                                         static_cast<std::int64_t>(table.words),
+                                         members[0],
+                                         1,
+                                         1U};
+      detail::score_worker_rows(plan, batch.max_lengths[r], batch.apply_eagle[r] != 0, probe,
+                                static_cast<std::int64_t>(r) * workers, members,
+                                classes.member_offsets[k + 1] - classes.member_offsets[k], workers,
+                                out);
+    }
+    ASSERT_EQ(status, std::vector<ErrorKind>(rows, ErrorKind::ok)) << "trial " << trial;
+    ASSERT_EQ(hits, cpu.hit_lengths) << "trial " << trial;
+    ASSERT_EQ(blocks, cpu.num_blocks) << "trial " << trial;
+    ASSERT_EQ(placeholders, cpu.num_placeholders) << "trial " << trial;
+    classes_total += classes.num_classes();
+    rows_total += rows;
+  }
+  EXPECT_GT(collisions, 0U);             // mask 0 puts every worker in one bucket
+  EXPECT_LT(classes_total, rows_total);  // workers do share classes
+  std::printf("worker classes: %zu for %zu (request, worker) rows\n", classes_total, rows_total);
 }
 
 TEST(RouterGpuTable, EntriesNoFinderReadsStayEmptyAndMisfitHashesAreMarked) {

@@ -83,6 +83,8 @@ TEST(GpuRouterScore, EqualsCpuScoresAndIndependentLookups) {
   int errors = 0;
   int partial = 0;
   int misfit_cases = 0;
+  std::size_t classes = 0;
+  std::size_t class_rows = 0;
   for (int trial = 0; trial < 120; ++trial) {
     const Config config = random_router_config(rng);
     const Coordinator c(config);
@@ -127,6 +129,12 @@ TEST(GpuRouterScore, EqualsCpuScoresAndIndependentLookups) {
       if (cpu) {
         ASSERT_TRUE(got.has_value()) << where;
         ASSERT_NO_FATAL_FAILURE(expect_same(*got, *cpu, where));
+        // One thread per (request, class): at least a class per request, at most one per worker.
+        const std::size_t rows = batch.num_requests() * static_cast<std::size_t>(workers);
+        EXPECT_GE(got->classes, batch.num_requests()) << where;
+        EXPECT_LE(got->classes, rows) << where;
+        classes += got->classes;
+        class_rows += rows;
       }
       // The same over the device residency index (the table built by a kernel): same scores,
       // same error kind (the message differs only for a misfit hash, which it cannot locate).
@@ -190,8 +198,10 @@ TEST(GpuRouterScore, EqualsCpuScoresAndIndependentLookups) {
   }
   std::printf(
       "GpuRouterScore: %d (request, worker) results compared, %d error cases, %d misfit-hash "
-      "errors (CPU vs GPU only), %d partial-hit configurations\n",
-      compared, errors, misfit_cases, partial);
+      "errors (CPU vs GPU only), %d partial-hit configurations; %zu classes (GPU threads) for "
+      "%zu (request, worker) rows\n",
+      compared, errors, misfit_cases, partial, classes, class_rows);
+  EXPECT_LT(classes, class_rows);  // identical and disjoint workers share classes
   EXPECT_GT(compared, 1000);
   EXPECT_GT(errors, 0);
   EXPECT_GT(misfit_cases, 0);

@@ -1,6 +1,8 @@
 """Router mode (issue 12) through Python: score_workers equals W independent lookups
 (find_longest_cache_hit against each worker's own Python set) on random configurations and
-residencies; tiers, namespaces, widths, clear_worker, top_k_workers; bad inputs are typed errors."""
+residencies; tiers, namespaces, widths, clear_worker, top_k_workers; bad inputs are typed errors.
+score_workers(gpu=True) equals the CPU scorer (skipped without a usable GPU; in the emulated
+build, preset emu-python, it runs on tools/cuemu) and is a typed error without one."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import numpy as np
 import pytest
 
 import prefixhit
-from prefixhit.errors import InvalidArgumentError
+from prefixhit.errors import BackendUnavailableError, InvalidArgumentError
 
+from conftest import gpu_available, requires_gpu
 from helpers import coordinator, hash_chain, random_config, random_requests
 from test_batch import flatten
 
@@ -120,9 +123,7 @@ def test_scores_equal_independent_lookups(seed: int) -> None:
             tier_mask=1,
             num_threads=rng.choice([0, 1, 2]),
         )
-        failing = [
-            r for r in range(len(requests)) if any(isinstance(e[r], str) for e in expected)
-        ]
+        failing = [r for r in range(len(requests)) if any(isinstance(e[r], str) for e in expected)]
         if failing:
             r = failing[0]
             with pytest.raises(prefixhit.PrefixhitError) as info:
@@ -276,3 +277,60 @@ def test_bad_inputs_are_typed_errors() -> None:
     assert len(residency) == 0
     with pytest.raises(TypeError):
         prefixhit.score_workers(coord, [key], [0, 1], [16], residency={"not": "an index"})
+
+
+@requires_gpu
+def test_gpu_scores_equal_the_cpu_scorer(seed: int) -> None:
+    print(f"seed {seed} (replay with PREFIXHIT_SEED={seed})")
+    rng = random.Random(seed)
+    compared = errors = classes = rows = 0
+    for trial in range(20):
+        config = random_config(rng)
+        coord = coordinator(config)
+        requests, lengths, pairs = random_requests(rng, coord, rng.randint(1, 8))
+        flags = [rng.random() < 0.8 for _ in requests]
+        num_workers = rng.choice([1, 3, 9, 70])
+        residency = prefixhit.ResidencyIndex(num_workers, 2, seed=rng.randrange(1, 2**32))
+        fill(residency, residency_sets(rng, pairs, num_workers), tier=rng.randrange(2))
+        digests, offsets = flatten(requests)
+        kwargs = dict(apply_eagle=np.array(flags), tier_mask=rng.choice([1, 3]))
+        where = f"seed {seed} trial {trial} config {config}"
+        try:
+            cpu = prefixhit.score_workers(coord, digests, offsets, lengths, residency, **kwargs)
+        except prefixhit.PrefixhitError as e:
+            # Same kind, same message (it names the request) on the GPU.
+            with pytest.raises(type(e)) as info:
+                prefixhit.score_workers(
+                    coord, digests, offsets, lengths, residency, gpu=True, **kwargs
+                )
+            assert str(info.value) == str(e), where
+            errors += 1
+            continue
+        got = prefixhit.score_workers(
+            coord, digests, offsets, lengths, residency, gpu=True, **kwargs
+        )
+        assert (got.num_requests, got.num_workers, got.num_groups) == (
+            cpu.num_requests,
+            cpu.num_workers,
+            cpu.num_groups,
+        ), where
+        for name in ("hit_lengths", "num_blocks", "num_placeholders"):
+            a, b = getattr(got, name), getattr(cpu, name)
+            assert a.dtype == np.int64 and a.shape == b.shape, where
+            assert np.array_equal(a, b), f"{where}: {name}"
+        # One GPU thread per (request, worker class).
+        assert len(requests) <= got.classes <= len(requests) * num_workers, where
+        classes += got.classes
+        rows += len(requests) * num_workers
+        compared += 1
+    assert compared > 0
+    print(f"{compared} batches equal, {errors} errors equal; {classes} classes for {rows} rows")
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the refusal without a usable GPU")
+def test_gpu_scoring_without_a_gpu_is_a_typed_error() -> None:
+    coord = prefixhit.Coordinator([{"kind": "full_attention", "block_size": 16}], 16, 16)
+    residency = prefixhit.ResidencyIndex(2)
+    digests, offsets = flatten([hash_chain(2, b"r")])
+    with pytest.raises(BackendUnavailableError, match="gpu=True"):
+        prefixhit.score_workers(coord, digests, offsets, 32, residency, gpu=True)

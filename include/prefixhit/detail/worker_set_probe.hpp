@@ -1,5 +1,6 @@
 // The existence functor of GPU router scoring (router_gpu.hpp): one worker's view of a batch's
-// worker-set table, and the per-(request, worker) step that runs the shared finders through it.
+// worker-set table, and the per-(request, worker) and per-(request, class) steps that run the
+// shared finders through it.
 // Host-and-device, so the emulated build and the kernel run the same code.
 #pragma once
 
@@ -93,12 +94,15 @@ struct WorkerScoreOutputs {
   ErrorKind* status;
 };
 
-/// Worker `probe.worker`'s lookup of one request, written to row `row` of the outputs. A failed
-/// lookup (finder error, a probed hash of the wrong width, a malformed table) writes its error
-/// and zeros, the "no partial result" rule of SEMANTICS.md 9.3.
-PREFIXHIT_HD inline ErrorKind score_worker(const LookupPlan& plan, std::int64_t max_length,
-                                           bool apply_eagle, const WorkerSetProbe& probe,
-                                           std::int64_t row, const WorkerScoreOutputs& out) {
+/// The lookup of `probe.worker` for one request, written to rows row_base + members[k] for k in
+/// [0, count) (members outside [0, num_workers) are skipped): a worker class shares one run of
+/// the finders. A failed lookup (finder error, a probed hash of the wrong width, a malformed
+/// table) writes its error and zeros, the "no partial result" rule of SEMANTICS.md 9.3.
+PREFIXHIT_HD inline ErrorKind score_worker_rows(const LookupPlan& plan, std::int64_t max_length,
+                                                bool apply_eagle, const WorkerSetProbe& probe,
+                                                std::int64_t row_base, const std::int32_t* members,
+                                                std::int64_t count, std::int64_t num_workers,
+                                                const WorkerScoreOutputs& out) {
   GroupHit hits[kMaxGroups];
   std::int64_t hit_length = 0;
   ErrorKind err =
@@ -107,15 +111,31 @@ PREFIXHIT_HD inline ErrorKind score_worker(const LookupPlan& plan, std::int64_t 
     err = ErrorKind::invalid_argument;
   }
   const bool ok = err == ErrorKind::ok;
-  out.hit_lengths[row] = ok ? hit_length : 0;
-  out.status[row] = err;
-  const std::int64_t base = row * plan.num_groups;
-  for (int g = 0; g < plan.num_groups; ++g) {
-    const GroupHit& hit = hits[plan.spec_group_of[g]];
-    out.num_blocks[base + g] = ok ? hit.num_blocks : 0;
-    out.num_placeholders[base + g] = ok ? hit.num_placeholders : 0;
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::int64_t w = members == nullptr ? probe.worker : members[k];
+    if (w < 0 || w >= num_workers) {
+      continue;
+    }
+    const std::int64_t row = row_base + w;
+    out.hit_lengths[row] = ok ? hit_length : 0;
+    out.status[row] = err;
+    const std::int64_t base = row * plan.num_groups;
+    for (int g = 0; g < plan.num_groups; ++g) {
+      const GroupHit& hit = hits[plan.spec_group_of[g]];
+      out.num_blocks[base + g] = ok ? hit.num_blocks : 0;
+      out.num_placeholders[base + g] = ok ? hit.num_placeholders : 0;
+    }
   }
   return err;
+}
+
+/// Worker `probe.worker`'s lookup of one request, written to row `row` of the outputs.
+PREFIXHIT_HD inline ErrorKind score_worker(const LookupPlan& plan, std::int64_t max_length,
+                                           bool apply_eagle, const WorkerSetProbe& probe,
+                                           std::int64_t row, const WorkerScoreOutputs& out) {
+  // One row, as a class of one whose row base puts probe.worker at `row`.
+  return score_worker_rows(plan, max_length, apply_eagle, probe, row - probe.worker, nullptr, 1,
+                           probe.worker + 1, out);
 }
 
 }  // namespace prefixhit::detail
