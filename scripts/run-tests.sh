@@ -140,7 +140,9 @@ emu_python() {
     cmake --build --preset emu-python || return 1
   local tests=(tests/python/test_gpu.py
     tests/python/test_block_index.py::test_cuda_index_is_refused_clearly_without_a_gpu
-    tests/python/test_store_remote.py::test_answers_reach_the_gpu_engine)
+    tests/python/test_store_remote.py::test_answers_reach_the_gpu_engine
+    tests/python/test_router.py::test_gpu_scores_equal_the_cpu_scorer
+    tests/python/test_router.py::test_gpu_scoring_without_a_gpu_is_a_typed_error)
   export PYTHONPATH=$PWD/build/emu/python/package
   "$py" -c 'import prefixhit, sys; info = prefixhit.build_info(); print(prefixhit.__file__, info)
 sys.exit(not (prefixhit.__file__.startswith(sys.argv[1]) and "cuemu" in info["device"]))' \
