@@ -446,6 +446,15 @@ IndexFileStats read_image(ByteSource& src, const std::string& origin, Begin&& be
   if (!record_error.empty()) {
     throw FormatError(where + record_error + " (the checksum matches: the writer was faulty)");
   }
+  // The format is canonical (one image per key set, so a save of a load reproduces the file):
+  // version 2 is written only when some key is 8 or 16 bytes wide.
+  if (version == kIndexFileVersionWithWidths &&
+      stats.keys_per_digest_size.count(BlockDigest::kSize) == stats.keys_per_digest_size.size()) {
+    throw FormatError(where + "a version " + std::to_string(version) +
+                      " image without 8- or 16-byte keys (a writer uses version " +
+                      std::to_string(kIndexFileVersion) +
+                      " for that; the checksum matches: the writer was faulty)");
+  }
   return stats;
 }
 

@@ -4,7 +4,8 @@
 // File layout, versions 1 and 2. Every integer is little-endian; offsets are in bytes.
 // Version 2 differs only in the record's group word, which also holds the key's digest width;
 // a writer uses version 1 whenever every key is a 32-byte digest (so such files read the same
-// in builds that predate widths), and version 2 otherwise. Readers accept both.
+// in builds that predate widths), and version 2 otherwise. Readers accept both, and refuse a
+// version 2 image without an 8- or 16-byte key: one key set has exactly one image.
 //
 //   header (40 bytes)
 //     0   char[8]  magic            "PFXINDEX"

@@ -290,6 +290,23 @@ TEST(IndexFile, WrongMagicVersionAndEmptyFile) {
                                  "unsupported format version " + std::to_string(version),
                                  "version " + std::to_string(version));
   }
+
+  // Version 2 is written only when a key is 8 or 16 bytes wide, so an image is canonical (a save
+  // of a load reproduces it): a version 2 image of 32-byte keys only, or of none, is refused.
+  // The fuzzer found the empty one accepted, and saved back as version 1.
+  std::vector<std::uint8_t> empty_v2 = serialize_index(BlockIndex{});
+  put_u32(empty_v2, 8, kIndexFileVersionWithWidths);
+  fix_checksums(empty_v2);
+  write_bytes(dir.file("empty-v2.pfx"), empty_v2);
+  expect_rejected<FormatError>(dir.file("empty-v2.pfx"), "without 8- or 16-byte keys",
+                               "an empty version 2 image");
+  std::vector<std::uint8_t> wide_v2 = image;
+  put_u32(wide_v2, 8, kIndexFileVersionWithWidths);
+  put_u32(wide_v2, kIndexFileHeaderBytes + 4, 1U | (32U << 8));  // group 1, width 32
+  fix_checksums(wide_v2);
+  write_bytes(dir.file("wide-v2.pfx"), wide_v2);
+  expect_rejected<FormatError>(dir.file("wide-v2.pfx"), "without 8- or 16-byte keys",
+                               "a version 2 image of 32-byte keys");
 }
 
 TEST(IndexFile, AbsurdCountsNeverSizeAnAllocation) {
