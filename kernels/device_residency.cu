@@ -169,32 +169,9 @@ namespace {
 [[noreturn]] void throw_device_request_error(const Coordinator& coordinator,
                                              const LookupBatch& batch, const ScoreOptions& options,
                                              std::size_t r, ErrorKind kind) {
-  const std::string prefix = "score_workers: request " + std::to_string(r) + ": ";
-  try {
-    const std::int64_t off = batch.offsets[r];
-    const auto n = static_cast<std::size_t>(batch.offsets[r + 1] - off);
-    const std::vector<std::int64_t> offsets{0, static_cast<std::int64_t>(n)};
-    const std::vector<std::int64_t> max_lengths{batch.max_lengths[r]};
-    std::vector<std::uint8_t> eagle;
-    if (!batch.apply_eagle.empty()) {
-      eagle.push_back(batch.apply_eagle[r]);
-    }
-    ScoreOptions one = options;
-    one.num_threads = 1;
-    const ResidencyIndex empty(ResidencyOptions{1, 1, 16, 1});
-    (void)prefixhit::score_workers(
-        coordinator,
-        LookupBatch{batch.digests.subspan(static_cast<std::size_t>(off), n), offsets, max_lengths,
-                    eagle},
-        empty, one);
-  } catch (const Error& e) {
-    std::string what = e.what();
-    const std::string cpu_prefix = "score_workers: request 0: ";
-    if (what.compare(0, cpu_prefix.size(), cpu_prefix) == 0) {
-      what = what.substr(cpu_prefix.size());
-    }
-    throw_error(e.kind(), prefix + what);
-  }
+  const std::string prefix = scoring::request_prefix(r);
+  scoring::rethrow_cpu_request_error(coordinator, batch,
+                                     ResidencyIndex(ResidencyOptions{1, 1, 16, 1}), options, r);
   if (kind == ErrorKind::invalid_argument) {
     const std::string width = std::to_string(coordinator.config().digest_size);
     throw InvalidArgument(prefix + "a hash the lookup reads is not a " + width +

@@ -94,32 +94,8 @@ namespace {
 [[noreturn]] void throw_request_error(const Coordinator& coordinator, const LookupBatch& batch,
                                       const ResidencyIndex& residency, const ScoreOptions& options,
                                       std::size_t r, ErrorKind kind) {
-  const std::string prefix = "score_workers: request " + std::to_string(r) + ": ";
-  try {
-    const std::int64_t off = batch.offsets[r];
-    const auto n = static_cast<std::size_t>(batch.offsets[r + 1] - off);
-    const std::vector<std::int64_t> offsets{0, static_cast<std::int64_t>(n)};
-    const std::vector<std::int64_t> max_lengths{batch.max_lengths[r]};
-    std::vector<std::uint8_t> eagle;
-    if (!batch.apply_eagle.empty()) {
-      eagle.push_back(batch.apply_eagle[r]);
-    }
-    ScoreOptions one = options;
-    one.num_threads = 1;
-    (void)prefixhit::score_workers(
-        coordinator,
-        LookupBatch{batch.digests.subspan(static_cast<std::size_t>(off), n), offsets, max_lengths,
-                    eagle},
-        residency, one);
-  } catch (const Error& e) {
-    std::string what = e.what();
-    const std::string cpu_prefix = "score_workers: request 0: ";
-    if (what.compare(0, cpu_prefix.size(), cpu_prefix) == 0) {
-      what = what.substr(cpu_prefix.size());
-    }
-    throw_error(e.kind(), prefix + what);
-  }
-  throw_error(kind, prefix + to_string(kind));
+  scoring::rethrow_cpu_request_error(coordinator, batch, residency, options, r);
+  throw_error(kind, scoring::request_prefix(r) + to_string(kind));
 }
 
 void require(const DeviceBatch& batch, const DeviceWorkerSets& sets, const DeviceScoreOutput& out) {

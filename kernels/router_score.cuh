@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda_host.cuh"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/detail/worker_set_probe.hpp"
 #include "prefixhit/errors.hpp"
@@ -59,49 +60,18 @@ inline int score_grid(std::int64_t items, int resident_blocks) {
 
 namespace gpu::scoring {
 
-[[noreturn]] inline void throw_cuda(cudaError_t err, const std::string& what) {
-  throw CudaError(what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-}
+using cuda_host::check;
+using cuda_host::copy_async;
+using cuda_host::throw_cuda;
+/// Events around a synchronous call's kernel, when its caller asked for timing.
+using ScoreTimer = cuda_host::EventTimer;
 
-inline void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw_cuda(err, what);
-  }
-}
-
-/// cudaMemcpyAsync that skips empty copies (an empty vector may have a null data pointer).
-inline void copy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                       cudaStream_t stream, const char* what) {
-  if (bytes > 0) {
-    check(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
-  }
-}
-
-/// A device allocation that only grows; the host overload's staging.
+/// The host overload's staging: a grow-only device buffer with one spare element, so that an
+/// empty array still has an address.
 template <class T>
 class Staging {
  public:
-  Staging() = default;
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
-  ~Staging() {
-    if (data_ != nullptr) {
-      cudaFree(data_);
-    }
-  }
-  /// At least `count` elements (one more, so that an empty array still has an address).
-  T* reserve(std::size_t count, const char* what) {
-    if (count + 1 > capacity_) {
-      if (data_ != nullptr) {
-        cudaFree(data_);
-        data_ = nullptr;
-        capacity_ = 0;
-      }
-      check(cudaMalloc(reinterpret_cast<void**>(&data_), (count + 1) * sizeof(T)), what);
-      capacity_ = count + 1;
-    }
-    return data_;
-  }
+  T* reserve(std::size_t count, const char* what) { return buffer_.reserve(count + 1, what); }
   /// Uploads `host` (reserving room for it); returns the device copy.
   T* upload(const std::vector<T>& host, cudaStream_t stream, const char* what) {
     T* d = reserve(host.size(), what);
@@ -110,55 +80,45 @@ class Staging {
   }
 
  private:
-  T* data_ = nullptr;
-  std::size_t capacity_ = 0;
+  cuda_host::DeviceBuffer<T> buffer_;
 };
 
-/// Events around a synchronous call's kernel, when its caller asked for timing.
-class ScoreTimer {
- public:
-  ScoreTimer(LookupTiming* timing, cudaStream_t stream) : timing_(timing), stream_(stream) {
-    if (timing_ == nullptr) {
-      return;
-    }
-    check(cudaEventCreate(&start_), "cudaEventCreate");
-    const cudaError_t err = cudaEventCreate(&stop_);
-    if (err != cudaSuccess) {
-      cudaEventDestroy(start_);
-      throw_cuda(err, "cudaEventCreate");
-    }
-    check(cudaEventRecord(start_, stream_), "cudaEventRecord");
-  }
-  ScoreTimer(const ScoreTimer&) = delete;
-  ScoreTimer& operator=(const ScoreTimer&) = delete;
-  ~ScoreTimer() {
-    if (timing_ != nullptr) {
-      cudaEventDestroy(start_);
-      cudaEventDestroy(stop_);
-    }
-  }
-  void stop() {
-    if (timing_ != nullptr) {
-      check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
-    }
-  }
-  /// After the stream was synchronised.
-  void report() {
-    if (timing_ != nullptr) {
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
-      timing_->device_us = static_cast<double>(ms) * 1e3;
-    }
-  }
+/// How a failed request's error begins.
+inline std::string request_prefix(std::size_t r) {
+  return "score_workers: request " + std::to_string(r) + ": ";
+}
 
- private:
-  LookupTiming* timing_;
-  cudaStream_t stream_;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
-
-/// The error a failed request throws: the CPU scorer's own error and message for that request
+/// Runs request r alone through the CPU scorer over `residency`; if that fails, throws its error
+/// kind and message as request r's (renumbered), so that the GPU and CPU paths say the same thing.
+/// Returns when the CPU run succeeds.
+inline void rethrow_cpu_request_error(const Coordinator& coordinator, const LookupBatch& batch,
+                                      const ResidencyIndex& residency, const ScoreOptions& options,
+                                      std::size_t r) {
+  try {
+    const std::int64_t off = batch.offsets[r];
+    const auto n = static_cast<std::size_t>(batch.offsets[r + 1] - off);
+    const std::vector<std::int64_t> offsets{0, static_cast<std::int64_t>(n)};
+    const std::vector<std::int64_t> max_lengths{batch.max_lengths[r]};
+    std::vector<std::uint8_t> eagle;
+    if (!batch.apply_eagle.empty()) {
+      eagle.push_back(batch.apply_eagle[r]);
+    }
+    ScoreOptions one = options;
+    one.num_threads = 1;
+    (void)prefixhit::score_workers(
+        coordinator,
+        LookupBatch{batch.digests.subspan(static_cast<std::size_t>(off), n), offsets, max_lengths,
+                    eagle},
+        residency, one);
+  } catch (const Error& e) {
+    std::string what = e.what();
+    const std::string cpu_prefix = request_prefix(0);
+    if (what.compare(0, cpu_prefix.size(), cpu_prefix) == 0) {
+      what = what.substr(cpu_prefix.size());
+    }
+    throw_error(e.kind(), request_prefix(r) + what);
+  }
+}
 
 /// Zeroed scores of R requests x W workers x G groups.
 inline RouterScores empty_scores(std::size_t requests, int workers, int groups) {
