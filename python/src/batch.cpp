@@ -9,6 +9,29 @@
 
 namespace prefixhit::py {
 
+/// apply_eagle as find_longest_cache_hits takes it: None/True (empty: apply everywhere), False,
+/// or one flag per request.
+std::vector<std::uint8_t> eagle_flags(nb::handle apply_eagle, std::size_t requests) {
+  std::vector<std::uint8_t> flags;
+  if (apply_eagle.is_none() || apply_eagle.ptr() == Py_True) {
+    return flags;
+  }
+  if (apply_eagle.ptr() == Py_False) {
+    flags.assign(requests, 0);
+    return flags;
+  }
+  const IntArray<std::int64_t> values(apply_eagle, "apply_eagle");
+  if (values.size() != requests) {
+    throw InvalidArgument("apply_eagle has " + std::to_string(values.size()) + " entries for " +
+                          std::to_string(requests) + " requests");
+  }
+  flags.resize(requests);
+  for (std::size_t i = 0; i < requests; ++i) {
+    flags[i] = values.view()[i] != 0 ? 1 : 0;
+  }
+  return flags;
+}
+
 namespace {
 
 /// A read-only numpy view of `data` kept alive by the result object `owner`.
@@ -69,24 +92,7 @@ PyBatchResult host_batch(const Coordinator& c, nb::handle digests, nb::handle of
     broadcast_lengths.assign(requests, *lengths.scalar());
     length_view = broadcast_lengths;
   }
-  std::vector<std::uint8_t> flags;
-  if (!apply_eagle.is_none()) {
-    if (PyBool_Check(apply_eagle.ptr())) {
-      if (apply_eagle.ptr() == Py_False) {
-        flags.assign(requests, 0);
-      }  // True everywhere is the default (empty flags)
-    } else {
-      const IntArray<std::int64_t> values(apply_eagle, "apply_eagle");
-      if (values.size() != requests) {
-        throw InvalidArgument("apply_eagle has " + std::to_string(values.size()) + " entries for " +
-                              std::to_string(requests) + " requests");
-      }
-      flags.resize(requests);
-      for (std::size_t i = 0; i < requests; ++i) {
-        flags[i] = values.view()[i] != 0 ? 1 : 0;
-      }
-    }
-  }
+  const std::vector<std::uint8_t> flags = eagle_flags(apply_eagle, requests);
   LookupBatch batch;
   batch.digests = d.view();
   batch.offsets = offs.view();

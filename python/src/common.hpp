@@ -322,6 +322,10 @@ std::size_t device_index_update(DeviceBlockIndex& index, Namespace ns, nb::handl
 /// A host numpy bool array: whether each (group_id, key) is in the device index.
 nb::object device_index_contains(const DeviceBlockIndex& index, Namespace ns, nb::handle group_ids,
                                  nb::handle keys, nb::handle stream);
+/// apply_eagle as find_longest_cache_hits takes it: None/True (empty: apply everywhere), False,
+/// or one flag per request.
+std::vector<std::uint8_t> eagle_flags(nb::handle apply_eagle, std::size_t requests);
+
 /// A batch against a device index: host arrays or device arrays (then `stream` orders it).
 PyBatchResult gpu_batch(PyCoordinator& self, nb::handle digests, nb::handle offsets,
                         nb::handle max_lengths, nb::handle apply_eagle, const PyBlockIndex& store,

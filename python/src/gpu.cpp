@@ -74,21 +74,7 @@ PyBatchResult host_arrays_on_device_index(PyCoordinator& self, nb::handle digest
     broadcast.assign(requests, *lengths.scalar());
     length_view = broadcast;
   }
-  std::vector<std::uint8_t> flags;
-  if (!apply_eagle.is_none() && apply_eagle.ptr() != Py_True) {
-    if (apply_eagle.ptr() == Py_False) {
-      flags.assign(requests, 0);
-    } else {
-      const IntArray<std::int64_t> values(apply_eagle, "apply_eagle");
-      if (values.size() != requests) {
-        throw InvalidArgument("apply_eagle has " + std::to_string(values.size()) + " entries for " +
-                              std::to_string(requests) + " requests");
-      }
-      for (std::int64_t v : values.view()) {
-        flags.push_back(v != 0 ? 1 : 0);
-      }
-    }
-  }
+  const std::vector<std::uint8_t> flags = eagle_flags(apply_eagle, requests);
   LookupBatch batch;
   batch.digests = d.view();
   batch.offsets = offs.view();

@@ -85,29 +85,6 @@ PyRouterScores to_python(RouterScores&& s) {
   return out;
 }
 
-/// apply_eagle as find_longest_cache_hits takes it: None/True (empty: apply everywhere), False,
-/// or one flag per request.
-std::vector<std::uint8_t> eagle_flags(nb::handle apply_eagle, std::size_t requests) {
-  std::vector<std::uint8_t> flags;
-  if (apply_eagle.is_none() || apply_eagle.ptr() == Py_True) {
-    return flags;
-  }
-  if (apply_eagle.ptr() == Py_False) {
-    flags.assign(requests, 0);
-    return flags;
-  }
-  const IntArray<std::int64_t> values(apply_eagle, "apply_eagle");
-  if (values.size() != requests) {
-    throw InvalidArgument("apply_eagle has " + std::to_string(values.size()) + " entries for " +
-                          std::to_string(requests) + " requests");
-  }
-  flags.resize(requests);
-  for (std::size_t i = 0; i < requests; ++i) {
-    flags[i] = values.view()[i] != 0 ? 1 : 0;
-  }
-  return flags;
-}
-
 PyRouterScores score(const PyCoordinator& coordinator, nb::handle digests, nb::handle offsets,
                      nb::handle max_lengths, const ResidencyIndex& residency,
                      nb::handle apply_eagle, std::int64_t ns, std::int64_t tier_mask,
