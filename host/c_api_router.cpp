@@ -74,6 +74,20 @@ class Digests {
   prefixhit::span<const BlockDigest> view_;
 };
 
+/// insert and erase: check the keys, run `op` on the index, report its count.
+template <class Op>
+prefixhit_status apply_keys(prefixhit_residency* residency, const uint8_t* keys, size_t num_keys,
+                            size_t digest_size, size_t* count_out, Op op) {
+  return prefixhit::capi::guarded_call([&] {
+    prefixhit::ResidencyIndex& index = residency_of(residency);
+    const Digests input(keys, num_keys, digest_size, "keys");
+    const std::size_t count = op(index, input.view());
+    if (count_out != nullptr) {
+      *count_out = count;
+    }
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -103,28 +117,20 @@ prefixhit_status prefixhit_residency_insert(prefixhit_residency* residency, uint
                                             uint32_t ns, int32_t group_id, const uint8_t* keys,
                                             size_t num_keys, size_t digest_size, int32_t tier,
                                             size_t* added) {
-  return prefixhit::capi::guarded_call([&] {
-    prefixhit::ResidencyIndex& index = residency_of(residency);
-    const Digests input(keys, num_keys, digest_size, "keys");
-    const std::size_t count = index.insert(worker, ns, group_id, input.view(), digest_size, tier);
-    if (added != nullptr) {
-      *added = count;
-    }
-  });
+  return apply_keys(residency, keys, num_keys, digest_size, added,
+                    [&](prefixhit::ResidencyIndex& index, auto view) {
+                      return index.insert(worker, ns, group_id, view, digest_size, tier);
+                    });
 }
 
 prefixhit_status prefixhit_residency_erase(prefixhit_residency* residency, uint32_t worker,
                                            uint32_t ns, int32_t group_id, const uint8_t* keys,
                                            size_t num_keys, size_t digest_size, int32_t tier,
                                            size_t* removed) {
-  return prefixhit::capi::guarded_call([&] {
-    prefixhit::ResidencyIndex& index = residency_of(residency);
-    const Digests input(keys, num_keys, digest_size, "keys");
-    const std::size_t count = index.erase(worker, ns, group_id, input.view(), digest_size, tier);
-    if (removed != nullptr) {
-      *removed = count;
-    }
-  });
+  return apply_keys(residency, keys, num_keys, digest_size, removed,
+                    [&](prefixhit::ResidencyIndex& index, auto view) {
+                      return index.erase(worker, ns, group_id, view, digest_size, tier);
+                    });
 }
 
 prefixhit_status prefixhit_residency_clear_worker(prefixhit_residency* residency, uint32_t worker) {
