@@ -17,8 +17,14 @@ if [ ! -f "$build/compile_commands.json" ]; then
   exit 1
 fi
 tidy_log=$(mktemp)
-printf '%s\n' "${tidy_sources[@]}" |
+# The path-sensitive analyzer (clang-analyzer-*) costs 3-8x the other checks and most of it is
+# spent on gtest's macro expansions, so it runs on the library, CLI and benchmarks; the tests get
+# every other check. This keeps the lint step about 5 minutes shorter on CI's 2 cores.
+printf '%s\n' "${tidy_sources[@]}" | grep -v '^tests/' |
   xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet 2>/dev/null >"$tidy_log"
+printf '%s\n' "${tidy_sources[@]}" | grep '^tests/' |
+  xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet --checks='-clang-analyzer-*' \
+    2>/dev/null >>"$tidy_log"
 if grep -E 'warning:|error:' "$tidy_log"; then
   echo "lint: clang-tidy reports the findings above"
   rc=1
