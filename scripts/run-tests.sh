@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 
 log_dir=$(mktemp -d)
 failed_steps=()
+step_times=()  # "name Ns" per step, printed at the end: CI has a time budget
 passed=0
 failed=0
 skipped=0
@@ -27,13 +28,15 @@ skipped=0
 step() {  # step NAME COMMAND...: runs a step, tees its log, records failure
   local name=$1
   shift
+  local start=$SECONDS
   echo "==== ${name}"
   if "$@" 2>&1 | tee "${log_dir}/${name}.log"; then
-    echo "==== ${name}: ok"
+    echo "==== ${name}: ok ($((SECONDS - start)) s)"
   else
-    echo "==== ${name}: FAILED"
+    echo "==== ${name}: FAILED ($((SECONDS - start)) s)"
     failed_steps+=("${name}")
   fi
+  step_times+=("${name} $((SECONDS - start))s")
 }
 
 count_ctest() {  # adds a ctest log's counts
@@ -191,6 +194,7 @@ step emu-asan emu_asan
 count_ctest "${log_dir}/emu-asan.log"
 
 echo
+echo "step times: ${step_times[*]} (total $((SECONDS / 60)) min)"
 if ((${#failed_steps[@]})); then
   echo "failed steps: ${failed_steps[*]} (logs in ${log_dir})"
   failed=$((failed > 0 ? failed : ${#failed_steps[@]}))

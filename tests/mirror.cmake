@@ -15,6 +15,7 @@ if(PREFIXHIT_HAS_MIRROR)
   target_compile_definitions(prefixhit_mirror_tests PRIVATE MSGPACK_NO_BOOST=1
                              MSGPACK_DEFAULT_API_VERSION=3)
   prefixhit_set_warnings(prefixhit_mirror_tests)
+  prefixhit_test_code(prefixhit_mirror_tests)
   if(TARGET prefixhit_cli)  # cli_backend_test.cpp runs `prefixhit mirror` in a subprocess
     add_dependencies(prefixhit_mirror_tests prefixhit_cli)
     target_compile_definitions(prefixhit_mirror_tests PRIVATE
