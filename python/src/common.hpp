@@ -26,6 +26,19 @@ namespace nb = nanobind;
 
 /// Raises the prefixhit.errors exception class for `kind` (with `.kind` set).
 [[noreturn]] void raise_error(ErrorKind kind, const std::string& message);
+
+// Conversion helpers shared by the binding's sources (convert.cpp).
+std::string py_type_name(nb::handle obj);
+/// Raises Python's TypeError (a wrong type, as Python's own functions do).
+[[noreturn]] void type_error(const std::string& message);
+/// Raises prefixhit's InvalidArgumentError (a right type with a bad value).
+[[noreturn]] void value_error(const std::string& message);
+/// numpy, imported once per call site that needs it (cheap after the first import).
+nb::module_ numpy();
+/// A contiguous host copy of an array-like that exports no contiguous buffer: a strided numpy
+/// view, a CPU torch tensor (DLPack), anything numpy.asarray understands.
+nb::object contiguous_host_copy(nb::handle obj);
+bool looks_like_array(nb::handle obj);
 /// Registers the C++ -> Python exception translation. Called once at import.
 void register_error_translation();
 

@@ -13,11 +13,6 @@ namespace prefixhit::py {
 
 namespace {
 
-[[noreturn]] void type_error(const std::string& message) {
-  PyErr_SetString(PyExc_TypeError, message.c_str());
-  throw nb::python_error();
-}
-
 std::string as_string(nb::handle value, const std::string& where) {
   if (!PyUnicode_Check(value.ptr())) {
     type_error(where + " must be a str, got " + Py_TYPE(value.ptr())->tp_name);
