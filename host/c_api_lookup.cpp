@@ -45,6 +45,21 @@ std::int32_t checked_group(const prefixhit::LookupResult& result, std::int32_t g
   return group_id;
 }
 
+/// An insert or erase of `num_keys` keys: the checks, the call and its count.
+template <class Apply>
+prefixhit_status apply_keys(prefixhit_block_index* index, const std::uint8_t* keys,
+                            std::size_t num_keys, std::size_t digest_size, std::size_t* count,
+                            Apply&& apply) {
+  return guarded([&] {
+    require(index, "index");
+    const DigestInput input(keys, num_keys, "keys", digest_size);
+    const std::size_t n = apply(index->index, input.view());
+    if (count != nullptr) {
+      *count = n;
+    }
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -125,14 +140,11 @@ prefixhit_status prefixhit_block_index_insert_width(prefixhit_block_index* index
                                                     int32_t group_id, size_t digest_size,
                                                     const uint8_t* keys, size_t num_keys,
                                                     size_t* inserted) {
-  return guarded([&] {
-    require(index, "index");
-    const DigestInput input(keys, num_keys, "keys", digest_size);
-    const std::size_t n = index->index.insert(ns, group_id, input.view(), digest_size);
-    if (inserted != nullptr) {
-      *inserted = n;
-    }
-  });
+  return apply_keys(
+      index, keys, num_keys, digest_size, inserted,
+      [&](prefixhit::BlockIndex& target, prefixhit::span<const prefixhit::BlockDigest> k) {
+        return target.insert(ns, group_id, k, digest_size);
+      });
 }
 
 prefixhit_status prefixhit_block_index_erase(prefixhit_block_index* index, uint32_t ns,
@@ -146,14 +158,11 @@ prefixhit_status prefixhit_block_index_erase_width(prefixhit_block_index* index,
                                                    int32_t group_id, size_t digest_size,
                                                    const uint8_t* keys, size_t num_keys,
                                                    size_t* erased) {
-  return guarded([&] {
-    require(index, "index");
-    const DigestInput input(keys, num_keys, "keys", digest_size);
-    const std::size_t n = index->index.erase(ns, group_id, input.view(), digest_size);
-    if (erased != nullptr) {
-      *erased = n;
-    }
-  });
+  return apply_keys(
+      index, keys, num_keys, digest_size, erased,
+      [&](prefixhit::BlockIndex& target, prefixhit::span<const prefixhit::BlockDigest> k) {
+        return target.erase(ns, group_id, k, digest_size);
+      });
 }
 
 prefixhit_status prefixhit_block_index_contains(const prefixhit_block_index* index, uint32_t ns,
