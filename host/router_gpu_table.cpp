@@ -1,5 +1,6 @@
-// The host pass of GPU router scoring (router_gpu.hpp): each key a request's finders may probe,
-// read once from the residency index, becomes a small id of its (tier-folded) worker set.
+// The host pass of GPU router scoring (router_gpu.hpp): each key some worker's lookup reads,
+// read once from the residency index, becomes a small id of its (tier-folded) worker set; and
+// the worker classes the kernel runs one thread each.
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
@@ -8,7 +9,6 @@
 
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
-#include "prefixhit/detail/residency_table.hpp"
 #include "prefixhit/detail/worker_set_probe.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router_gpu.hpp"
@@ -32,11 +32,207 @@ bool fits_width(const BlockDigest& d, std::size_t width) {
                      [](std::uint8_t b) { return b == 0; });
 }
 
+/// Fills table entries from the residency index (the caller holds its reader lock), interning
+/// each distinct tier-folded worker set once per batch.
+class TableFiller {
+ public:
+  TableFiller(const detail::LookupPlan& plan, const Impl& index, const ScoreOptions& options,
+              WorkerSetTable& table)
+      : plan_(plan),
+        index_(index),
+        tier_mask_(options.tier_mask),
+        width_(static_cast<std::size_t>(plan.digest_size)),
+        table_(table),
+        folded_(table.words) {
+    for (int gid = 0; gid < plan.num_groups; ++gid) {
+      metas_[gid] = Impl::make_meta(options.ns, gid, width_);
+    }
+  }
+
+  /// Entry (gid, i) of a request's block (hashes, n): read once, then kept.
+  std::uint32_t fill(std::uint32_t* block, const BlockDigest* hashes, std::int64_t n, int gid,
+                     std::int64_t i) {
+    std::uint32_t& entry = block[static_cast<std::ptrdiff_t>(gid) * n + i];
+    if (entry != kUnreadSet) {
+      return entry;
+    }
+    const BlockDigest& key = hashes[i];
+    if (width_ < BlockDigest::kSize && !fits_width(key, width_)) {
+      entry = kBadDigestSet;
+    } else {
+      entry = intern(index_.set_of(key, metas_[gid]));
+      ++table_.index_reads;
+    }
+    return entry;
+  }
+
+ private:
+  /// Residency set id -> table set id (0 when the tier mask leaves nobody).
+  std::uint32_t intern(std::uint32_t set) {
+    if (set == Impl::kEmptySet) {
+      return 0;
+    }
+    const auto it = local_.find(set);
+    if (it != local_.end()) {
+      return it->second;
+    }
+    std::fill(folded_.begin(), folded_.end(), 0);
+    index_.fold_workers(set, tier_mask_, folded_.data());
+    std::uint32_t id = 0;
+    if (std::any_of(folded_.begin(), folded_.end(), [](std::uint64_t x) { return x != 0; })) {
+      id = static_cast<std::uint32_t>(table_.num_sets());
+      table_.sets.insert(table_.sets.end(), folded_.begin(), folded_.end());
+    }
+    local_.emplace(set, id);
+    return id;
+  }
+
+  const detail::LookupPlan& plan_;
+  const Impl& index_;
+  std::uint32_t tier_mask_;
+  std::size_t width_;
+  WorkerSetTable& table_;
+  std::uint32_t metas_[kMaxGroups] = {};
+  std::unordered_map<std::uint32_t, std::uint32_t> local_;
+  std::vector<std::uint64_t> folded_;
+};
+
+/// The finders' Probe for the reached fill: it answers for a class of workers (those that agreed
+/// on every key the class's run has read), filling the entries it reads. One key per window, as
+/// the kernel's WorkerSetProbe, so a run reads exactly what each member's own lookup reads. On
+/// the first key on which the members differ the run is void: it records that key's workers and
+/// answers what ends each scan soonest (reading nothing more); the caller splits the class.
+struct ReachProbe {
+  static constexpr int kFirstWindow = 1;
+  static constexpr int kMaxWindow = 1;
+
+  const detail::LookupPlan* plan;
+  TableFiller* filler;
+  const WorkerSetTable* table;
+  std::uint32_t* block;  ///< the request's block of the table
+  const BlockDigest* hashes;
+  std::int64_t n;
+  const std::uint64_t* cls;          ///< the class's workers
+  std::vector<std::uint64_t>* held;  ///< [words]: the probed key's workers (all members)
+  mutable bool split = false;
+
+  /// held = the workers holding hash `index` in every member group of spec group `sg` (a misfit
+  /// hash: nobody, as the kernel's probe answers it).
+  void read(int sg, std::int64_t index) const {
+    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+    std::uint32_t ids[kMaxGroups];
+    for (int m = 0; m < spec.num_members; ++m) {
+      ids[m] = filler->fill(block, hashes, n, plan->members[spec.first_member + m], index);
+    }
+    std::vector<std::uint64_t>& out = *held;
+    for (std::size_t w = 0; w < out.size(); ++w) {
+      std::uint64_t x = ~std::uint64_t{0};
+      for (int m = 0; m < spec.num_members; ++m) {
+        x &= ids[m] < table->num_sets() ? table->sets[ids[m] * table->words + w] : 0;
+      }
+      out[w] = x;
+    }
+  }
+
+  std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
+    if (split) {
+      // A forward walk stops at an absent key, a backward scan at a present run.
+      return step >= 0 ? 0 : count >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << count) - 1;
+    }
+    std::uint64_t bits = 0;
+    for (int k = 0; k < count; ++k) {
+      const std::int64_t index = first + k * step;
+      if (index < 0 || index >= n) {
+        continue;  // the kernel's probe answers absent without reading
+      }
+      read(sg, index);
+      bool all = true;
+      bool none = true;
+      for (std::size_t w = 0; w < held->size(); ++w) {
+        const std::uint64_t x = (*held)[w] & cls[w];
+        all = all && x == cls[w];
+        none = none && x == 0;
+      }
+      if (all) {
+        bits |= std::uint64_t{1} << k;
+      } else if (!none) {
+        split = true;  // `held` keeps this key's workers for the caller
+        return window(sg, first, step, count);
+      }
+    }
+    return bits;
+  }
+};
+
+/// TableFill::reached for one request: runs the finders over classes of workers, splitting a
+/// class on the first key its members disagree on, until every class ran to its end. Every
+/// worker ends in a class whose run read (and filled) every key its own lookup reads, errors
+/// included, so the table answers each worker's lookup on the device.
+void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSetTable& table,
+                  const LookupBatch& batch, std::size_t r) {
+  const std::int64_t off = batch.offsets[r];
+  const std::int64_t n = batch.offsets[r + 1] - off;
+  const bool eagle = batch.apply_eagle.empty() || batch.apply_eagle[r] != 0;
+  const std::size_t words = table.words;
+  std::vector<std::uint64_t> held(words);
+  std::vector<std::uint64_t> cls(words, ~std::uint64_t{0});
+  if (table.num_workers % 64 != 0) {
+    cls[words - 1] = (std::uint64_t{1} << (table.num_workers % 64)) - 1;
+  }
+  std::vector<std::uint64_t> stack(cls);  // pending classes, `words` each
+  ReachProbe probe{&plan,
+                   &filler,
+                   &table,
+                   table.set_ids.data() + static_cast<std::size_t>(off) * table.num_groups,
+                   batch.digests.data() + off,
+                   n,
+                   cls.data(),
+                   &held};
+  GroupHit hits[kMaxGroups];
+  while (!stack.empty()) {
+    std::copy(stack.end() - static_cast<std::ptrdiff_t>(words), stack.end(), cls.begin());
+    stack.resize(stack.size() - words);
+    probe.split = false;
+    std::int64_t hit_length = 0;
+    static_cast<void>(detail::find_longest_cache_hit(plan, n, batch.max_lengths[r], eagle, probe,
+                                                     hits, hit_length));
+    ++table.finder_runs;
+    if (probe.split) {
+      // Both halves are non-empty: the members differed on the key in `held`.
+      for (std::size_t w = 0; w < words; ++w) {
+        stack.push_back(cls[w] & held[w]);
+      }
+      for (std::size_t w = 0; w < words; ++w) {
+        stack.push_back(cls[w] & ~held[w]);
+      }
+    }
+  }
+}
+
+/// TableFill::every_probe for one request: each spec group's block keys, every hash of a
+/// fine-grained group.
+void fill_every_probe(const detail::LookupPlan& plan, TableFiller& filler, WorkerSetTable& table,
+                      const LookupBatch& batch, std::size_t r) {
+  const std::int64_t off = batch.offsets[r];
+  const std::int64_t n = batch.offsets[r + 1] - off;
+  std::uint32_t* block = table.set_ids.data() + static_cast<std::size_t>(off) * table.num_groups;
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
+    for (int m = 0; m < spec.num_members; ++m) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (detail::probed_by_finders(plan, k, i)) {
+          filler.fill(block, batch.digests.data() + off, n, plan.members[spec.first_member + m], i);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
-                                      const ResidencyIndex& residency,
-                                      const ScoreOptions& options) {
+                                      const ResidencyIndex& residency, const ScoreOptions& options,
+                                      TableFill fill) {
   coordinator.validate_batch(batch);
   if (options.ns > kMaxNamespace) {
     throw InvalidArgument("score_workers: namespace " + std::to_string(options.ns) + " is above " +
@@ -44,65 +240,20 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
   }
   const detail::LookupPlan& plan = coordinator.plan();
   const Impl& index = residency.impl();
-  const auto g = static_cast<std::size_t>(plan.num_groups);
-  const auto width = static_cast<std::size_t>(plan.digest_size);
   WorkerSetTable table;
   table.num_workers = index.num_workers;
   table.num_groups = plan.num_groups;
   table.words = index.worker_words;
-  table.set_ids.assign(g * batch.digests.size(), 0);
+  table.set_ids.assign(static_cast<std::size_t>(plan.num_groups) * batch.digests.size(),
+                       kUnreadSet);
   table.sets.assign(table.words, 0);  // set 0: nobody
-
-  std::uint32_t metas[kMaxGroups];
-  for (int gid = 0; gid < plan.num_groups; ++gid) {
-    metas[gid] = Impl::make_meta(options.ns, gid, width);
-  }
-  // Residency set id -> table set id (0 when the tier mask leaves nobody).
-  std::unordered_map<std::uint32_t, std::uint32_t> local;
-  std::vector<std::uint64_t> folded(table.words);
-  auto intern = [&](std::uint32_t set) -> std::uint32_t {
-    if (set == Impl::kEmptySet) {
-      return 0;
-    }
-    const auto it = local.find(set);
-    if (it != local.end()) {
-      return it->second;
-    }
-    std::fill(folded.begin(), folded.end(), 0);
-    index.fold_workers(set, options.tier_mask, folded.data());
-    std::uint32_t id = 0;
-    if (std::any_of(folded.begin(), folded.end(), [](std::uint64_t x) { return x != 0; })) {
-      id = static_cast<std::uint32_t>(table.num_sets());
-      table.sets.insert(table.sets.end(), folded.begin(), folded.end());
-    }
-    local.emplace(set, id);
-    return id;
-  };
-
   const std::shared_lock lock(index.mutex);
+  TableFiller filler(plan, index, options, table);
   for (std::size_t r = 0; r < batch.num_requests(); ++r) {
-    const std::int64_t off = batch.offsets[r];
-    const std::int64_t n = batch.offsets[r + 1] - off;
-    const BlockDigest* hashes = batch.digests.data() + off;
-    std::uint32_t* block = table.set_ids.data() + static_cast<std::size_t>(off) * g;
-    for (int k = 0; k < plan.num_spec_groups; ++k) {
-      const detail::SpecGroupPlan& spec = plan.spec_groups[k];
-      for (int m = 0; m < spec.num_members; ++m) {
-        const int gid = plan.members[spec.first_member + m];
-        std::uint32_t* row = block + static_cast<std::ptrdiff_t>(gid) * n;
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (!detail::probed_by_finders(plan, k, i)) {
-            continue;
-          }
-          const BlockDigest& key = hashes[i];
-          if (width < BlockDigest::kSize && !fits_width(key, width)) {
-            row[i] = kBadDigestSet;
-            continue;
-          }
-          row[i] = intern(index.set_of(key, metas[gid]));
-          ++table.index_reads;
-        }
-      }
+    if (fill == TableFill::reached) {
+      fill_reached(plan, filler, table, batch, r);
+    } else {
+      fill_every_probe(plan, filler, table, batch, r);
     }
   }
   return table;
@@ -211,56 +362,6 @@ WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::
       const auto rep = static_cast<std::size_t>(rep_of[static_cast<std::size_t>(w)]);
       out.members[static_cast<std::size_t>(slot[rep]++)] = w;
     }
-  }
-  return out;
-}
-
-std::uint32_t residency_key_meta(Namespace ns, int group_id, std::size_t digest_size) {
-  return Impl::make_meta(ns, group_id, digest_size);
-}
-
-ResidencySnapshot snapshot_residency(const ResidencyIndex& residency, std::uint64_t seed) {
-  const Impl& cpu = residency.impl();
-  ResidencySnapshot out;
-  out.seed = seed;
-  const std::shared_lock lock(cpu.mutex);
-  out.words = cpu.words;
-  out.num_workers = cpu.num_workers;
-  out.num_tiers = cpu.num_tiers;
-  // Live keys: a key whose set was emptied in place (clear_worker) counts as absent.
-  auto is_live = [&](const Impl::Slot& s) {
-    return s.set != Impl::kFreeSlot && s.set != Impl::kTombstone && s.set != Impl::kEmptySet &&
-           cpu.set_count[s.set] != 0;
-  };
-  out.live_keys =
-      static_cast<std::size_t>(std::count_if(cpu.slots.begin(), cpu.slots.end(), is_live));
-  std::size_t capacity = 16;
-  while (capacity < 2 * out.live_keys) {
-    capacity *= 2;
-  }
-  out.mask = capacity - 1;
-  out.keys.assign(4 * capacity, 0);
-  out.metas.assign(capacity, 0);
-  out.slot_sets.assign(capacity, detail::kFreeResidencySlot);
-  out.sets.assign(cpu.words, 0);  // set 0: nobody
-  std::unordered_map<std::uint32_t, std::uint32_t> dense;
-  for (const Impl::Slot& s : cpu.slots) {
-    if (!is_live(s)) {
-      continue;
-    }
-    const auto [it, fresh] =
-        dense.emplace(s.set, static_cast<std::uint32_t>(out.sets.size() / cpu.words));
-    if (fresh) {
-      const std::uint64_t* bits = cpu.bits(s.set);
-      out.sets.insert(out.sets.end(), bits, bits + cpu.words);
-    }
-    std::uint64_t i = detail::residency_slot_hash(s.d, s.meta, seed) & out.mask;
-    while (out.slot_sets[i] != detail::kFreeResidencySlot) {
-      i = (i + 1) & out.mask;
-    }
-    std::copy(s.d, s.d + 4, out.keys.begin() + static_cast<std::ptrdiff_t>(4 * i));
-    out.metas[i] = s.meta;
-    out.slot_sets[i] = it->second;
   }
   return out;
 }
