@@ -66,6 +66,14 @@ class TableFiller {
     return entry;
   }
 
+  /// Starts loading the slot of entry (gid, i)'s key, unless the entry is filled.
+  void prefetch(const std::uint32_t* block, const BlockDigest* hashes, std::int64_t n, int gid,
+                std::int64_t i) const {
+    if (block[static_cast<std::ptrdiff_t>(gid) * n + i] == kUnreadSet) {
+      index_.prefetch(hashes[i], metas_[gid]);
+    }
+  }
+
  private:
   /// Residency set id -> table set id (0 when the tier mask leaves nobody).
   std::uint32_t intern(std::uint32_t set) {
@@ -114,7 +122,48 @@ struct ReachProbe {
   std::int64_t n;
   const std::uint64_t* cls;          ///< the class's workers
   std::vector<std::uint64_t>* held;  ///< [words]: the probed key's workers (all members)
+  const int* scan_depth;             ///< per spec group: keys a scan prefetches ahead
+  /// Spec group 0's hashes per block when it is full attention, else 0: its chain of block keys
+  /// is every run's longest walk, and the first `known` blocks of it are held by every member
+  /// of the class (learnt by a run of a class that contains it), so they are answered without
+  /// a table look-up.
+  std::int64_t chain_step = 0;
+  std::int64_t known = 0;
+  mutable std::int64_t chain_run = 0;  ///< chain blocks from block 0 answered "all" so far
   mutable bool split = false;
+  mutable int pf_sg = -1;  ///< the scan `ahead` last served, and the next key it would prefetch
+  mutable std::int64_t pf_step = 0;
+  mutable std::int64_t pf_next = 0;
+
+  /// Index reads are cache misses: on a miss, prefetch the slots of the next keys of the same
+  /// scan (and the digests of the keys after them), each once per scan.
+  void ahead(int sg, std::int64_t index, std::int64_t step) const {
+    const int depth = scan_depth[sg];
+    std::int64_t k = 1;
+    if (sg == pf_sg && step == pf_step && step != 0) {
+      const std::int64_t q = (pf_next - index) / step;
+      if (q >= 1 && q <= depth + 1 && index + q * step == pf_next) {
+        k = q;
+      }
+    }
+    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+    for (; k <= depth; ++k) {
+      const std::int64_t i = index + k * step;
+      if (i < 0 || i >= n) {
+        break;
+      }
+      for (int m = 0; m < spec.num_members; ++m) {
+        filler->prefetch(block, hashes, n, plan->members[spec.first_member + m], i);
+      }
+      const std::int64_t far = i + depth * step;
+      if (far >= 0 && far < n) {
+        __builtin_prefetch(hashes + far);
+      }
+    }
+    pf_sg = sg;
+    pf_step = step;
+    pf_next = index + (depth + 1) * step;
+  }
 
   /// held = the workers holding hash `index` in every member group of spec group `sg` (a misfit
   /// hash: nobody, as the kernel's probe answers it).
@@ -145,6 +194,15 @@ struct ReachProbe {
       if (index < 0 || index >= n) {
         continue;  // the kernel's probe answers absent without reading
       }
+      const bool on_chain = sg == 0 && step == chain_step && (index + 1) % chain_step == 0;
+      if (on_chain && (index + 1) / chain_step <= known) {
+        bits |= std::uint64_t{1} << k;
+        continue;
+      }
+      if (block[static_cast<std::ptrdiff_t>(plan->members[plan->spec_groups[sg].first_member]) * n +
+                index] == kUnreadSet) {
+        ahead(sg, index, step);
+      }
       read(sg, index);
       bool all = true;
       bool none = true;
@@ -155,6 +213,9 @@ struct ReachProbe {
       }
       if (all) {
         bits |= std::uint64_t{1} << k;
+        if (on_chain && (index + 1) / chain_step == chain_run + 1) {
+          ++chain_run;
+        }
       } else if (!none) {
         split = true;  // `held` keeps this key's workers for the caller
         return window(sg, first, step, count);
@@ -163,6 +224,9 @@ struct ReachProbe {
     return bits;
   }
 };
+
+/// Keys a scan prefetches ahead of the one it reads.
+constexpr int kPrefetch = 8;
 
 /// TableFill::reached for one request: runs the finders over classes of workers, splitting a
 /// class on the first key its members disagree on, until every class ran to its end. Every
@@ -179,7 +243,18 @@ void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSet
   if (table.num_workers % 64 != 0) {
     cls[words - 1] = (std::uint64_t{1} << (table.num_workers % 64)) - 1;
   }
-  std::vector<std::uint64_t> stack(cls);  // pending classes, `words` each
+  // Pending classes: `words` of workers, then the chain blocks they all hold.
+  std::vector<std::uint64_t> stack(cls);
+  stack.push_back(0);
+  // A window scan usually stops within its window's blocks: prefetch no further than that.
+  int scan_depth[kMaxGroups];
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
+    scan_depth[k] = spec.finder == FinderKind::sliding_window
+                        ? static_cast<int>(std::min<std::int64_t>(
+                              kPrefetch, detail::ceil_div(spec.window - 1, spec.block_size) + 1))
+                        : kPrefetch;
+  }
   ReachProbe probe{&plan,
                    &filler,
                    &table,
@@ -187,11 +262,18 @@ void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSet
                    batch.digests.data() + off,
                    n,
                    cls.data(),
-                   &held};
+                   &held,
+                   scan_depth};
+  if (plan.num_spec_groups > 0 && plan.spec_groups[0].finder == FinderKind::full_attention) {
+    probe.chain_step = plan.spec_groups[0].block_size / plan.hash_block_size;
+  }
   GroupHit hits[kMaxGroups];
   while (!stack.empty()) {
+    probe.known = static_cast<std::int64_t>(stack.back());
+    stack.pop_back();
     std::copy(stack.end() - static_cast<std::ptrdiff_t>(words), stack.end(), cls.begin());
     stack.resize(stack.size() - words);
+    probe.chain_run = probe.known;
     probe.split = false;
     std::int64_t hit_length = 0;
     static_cast<void>(detail::find_longest_cache_hit(plan, n, batch.max_lengths[r], eagle, probe,
@@ -202,9 +284,11 @@ void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSet
       for (std::size_t w = 0; w < words; ++w) {
         stack.push_back(cls[w] & held[w]);
       }
+      stack.push_back(static_cast<std::uint64_t>(probe.chain_run));
       for (std::size_t w = 0; w < words; ++w) {
         stack.push_back(cls[w] & ~held[w]);
       }
+      stack.push_back(static_cast<std::uint64_t>(probe.chain_run));
     }
   }
 }
