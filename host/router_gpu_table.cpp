@@ -233,7 +233,7 @@ constexpr int kPrefetch = 8;
 /// worker ends in a class whose run read (and filled) every key its own lookup reads, errors
 /// included, so the table answers each worker's lookup on the device.
 void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSetTable& table,
-                  const LookupBatch& batch, std::size_t r) {
+                  const LookupBatch& batch, std::size_t r, std::vector<std::uint64_t>* finals) {
   const std::int64_t off = batch.offsets[r];
   const std::int64_t n = batch.offsets[r + 1] - off;
   const bool eagle = batch.apply_eagle.empty() || batch.apply_eagle[r] != 0;
@@ -279,6 +279,9 @@ void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSet
     static_cast<void>(detail::find_longest_cache_hit(plan, n, batch.max_lengths[r], eagle, probe,
                                                      hits, hit_length));
     ++table.finder_runs;
+    if (!probe.split && finals != nullptr) {
+      finals->insert(finals->end(), cls.begin(), cls.end());
+    }
     if (probe.split) {
       // Both halves are non-empty: the members differed on the key in `held`.
       for (std::size_t w = 0; w < words; ++w) {
@@ -290,6 +293,33 @@ void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSet
       }
       stack.push_back(static_cast<std::uint64_t>(probe.chain_run));
     }
+  }
+}
+
+/// Appends request r's classes (`finals`: `words` each, disjoint, covering every worker) to
+/// `out` in build_worker_classes' order: by lowest member, members ascending.
+void emit_classes(const std::vector<std::uint64_t>& finals, std::size_t words, std::size_t r,
+                  WorkerClasses& out) {
+  auto lowest = [&](std::size_t c) {
+    std::size_t w = 0;
+    while (finals[c * words + w] == 0) {
+      ++w;
+    }
+    return w * 64 + static_cast<std::size_t>(__builtin_ctzll(finals[c * words + w]));
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (lowest member, class)
+  for (std::size_t c = 0; c < finals.size() / words; ++c) {
+    order.emplace_back(lowest(c), c);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [low, c] : order) {
+    out.requests.push_back(static_cast<std::uint32_t>(r));
+    for (std::size_t w = 0; w < words; ++w) {
+      for (std::uint64_t x = finals[c * words + w]; x != 0; x &= x - 1) {
+        out.members.push_back(static_cast<std::int32_t>(w * 64 + __builtin_ctzll(x)));
+      }
+    }
+    out.member_offsets.push_back(static_cast<std::int64_t>(out.members.size()));
   }
 }
 
@@ -316,7 +346,7 @@ void fill_every_probe(const detail::LookupPlan& plan, TableFiller& filler, Worke
 
 WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
                                       const ResidencyIndex& residency, const ScoreOptions& options,
-                                      TableFill fill) {
+                                      TableFill fill, WorkerClasses* classes) {
   coordinator.validate_batch(batch);
   if (options.ns > kMaxNamespace) {
     throw InvalidArgument("score_workers: namespace " + std::to_string(options.ns) + " is above " +
@@ -331,14 +361,30 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
   table.set_ids.assign(static_cast<std::size_t>(plan.num_groups) * batch.digests.size(),
                        kUnreadSet);
   table.sets.assign(table.words, 0);  // set 0: nobody
-  const std::shared_lock lock(index.mutex);
-  TableFiller filler(plan, index, options, table);
-  for (std::size_t r = 0; r < batch.num_requests(); ++r) {
-    if (fill == TableFill::reached) {
-      fill_reached(plan, filler, table, batch, r);
-    } else {
-      fill_every_probe(plan, filler, table, batch, r);
+  const bool reached_classes = classes != nullptr && fill == TableFill::reached;
+  if (reached_classes) {
+    *classes = WorkerClasses{};
+    classes->member_offsets.push_back(0);
+    classes->members.reserve(batch.num_requests() * static_cast<std::size_t>(table.num_workers));
+  }
+  {
+    const std::shared_lock lock(index.mutex);
+    TableFiller filler(plan, index, options, table);
+    std::vector<std::uint64_t> finals;
+    for (std::size_t r = 0; r < batch.num_requests(); ++r) {
+      if (fill == TableFill::reached) {
+        finals.clear();
+        fill_reached(plan, filler, table, batch, r, reached_classes ? &finals : nullptr);
+        if (reached_classes) {
+          emit_classes(finals, table.words, r, *classes);
+        }
+      } else {
+        fill_every_probe(plan, filler, table, batch, r);
+      }
     }
+  }
+  if (classes != nullptr && !reached_classes) {
+    *classes = build_worker_classes(table, batch.offsets);
   }
   return table;
 }

@@ -10,8 +10,8 @@
 // key (filling its entry) and goes on while every member answers alike, and splits where they
 // differ, so the entries read are exactly those some worker's own lookup reads. The distinct
 // worker sets the batch touches go to the device as bitsets of W bits (tiers already folded by
-// the tier mask). Workers whose bits agree on every set a request's table names answer every
-// probe alike, so the host groups them into classes (build_worker_classes); thread (r, c) runs
+// the tier mask). The pass's runs end with classes of workers that answer alike every key their
+// lookups read (build_worker_classes gives finer ones from any table); thread (r, c) runs
 // the finders for class c's representative worker with an existence functor that tests its bit
 // of the probed key's set (detail/worker_set_probe.hpp), and writes the result to every member.
 //
@@ -69,18 +69,10 @@ struct WorkerSetTable {
   std::size_t num_sets() const noexcept { return words == 0 ? 0 : sets.size() / words; }
 };
 
-/// Builds the table for a batch under `options.ns` and `options.tier_mask` (num_threads is not
-/// used: the pass is single-threaded). Holds the residency index's reader lock while it runs.
-/// Cost (reached): the keys the workers' lookups read, each once per request, plus the finder
-/// runs over the pass's classes (like the CPU scorer), not every hash of the request.
-/// Throws InvalidArgument for a bad batch (Coordinator::validate_batch) or namespace.
-WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
-                                      const ResidencyIndex& residency,
-                                      const ScoreOptions& options = {},
-                                      TableFill fill = TableFill::reached);
-
-/// Request r's workers split into classes that agree on every set id r's table entries name (so
-/// their lookups read the same answers and end alike). Class c belongs to request requests[c];
+/// Request r's workers split into classes whose members answer alike every key their lookups
+/// read, so they end alike: build_worker_classes' agree on every set id r's table entries name,
+/// build_worker_set_table's (reached) on the keys its runs read. Class c belongs to request
+/// requests[c];
 /// its workers are members[member_offsets[c] .. member_offsets[c+1]), ascending, the first being
 /// its representative. Classes run request by request, by representative.
 struct WorkerClasses {
@@ -92,6 +84,21 @@ struct WorkerClasses {
 
   std::size_t num_classes() const noexcept { return requests.size(); }
 };
+
+/// Builds the table for a batch under `options.ns` and `options.tier_mask` (num_threads is not
+/// used: the pass is single-threaded). Holds the residency index's reader lock while it runs.
+/// Cost (reached): the keys the workers' lookups read, each once per request, plus the finder
+/// runs over the pass's classes (like the CPU scorer), not every hash of the request.
+/// `classes`, when given, receives the classes for the kernel: with TableFill::reached the ones
+/// the pass's runs ended with (members agree on every key their own lookups read: about the CPU
+/// scorer's classes, never more than build_worker_classes gives for the same table, which splits
+/// on every entry of the request); with every_probe, build_worker_classes'.
+/// Throws InvalidArgument for a bad batch (Coordinator::validate_batch) or namespace.
+WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
+                                      const ResidencyIndex& residency,
+                                      const ScoreOptions& options = {},
+                                      TableFill fill = TableFill::reached,
+                                      WorkerClasses* classes = nullptr);
 
 /// Groups each request's workers by the bits of the set ids its block of `table` names. A
 /// signature per worker (the XOR of a random word per set that holds it) finds candidates; every
@@ -215,7 +222,8 @@ class RouterScoreEngine {
   // This form runs one thread per (request, worker); the next, one per class.
   void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
                            const DeviceScoreOutput& out, cudaStream_t stream) const;
-  /// One thread per class of `classes` (built by build_worker_classes from the same table): each
+  /// One thread per class of `classes` (from build_worker_set_table or build_worker_classes, for
+  /// the same table): each
   /// scores its representative and writes every member's row. Rows of workers in no class are
   /// not written. Throws InvalidArgument for missing class arrays.
   void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
@@ -227,8 +235,8 @@ class RouterScoreEngine {
 
   // ---- host arrays in, host result out ---------------------------------------------------------
   /// The CPU score_workers' contract: same RouterScores (hit_lengths, num_blocks,
-  /// num_placeholders; index_reads counts the host pass's reads; classes counts the
-  /// build_worker_classes classes, one GPU thread each; probes is 0), same errors and messages
+  /// num_placeholders; index_reads counts the host pass's reads; classes counts the host pass's
+  /// classes, one GPU thread each; probes is 0), same errors and messages
   /// ("score_workers: request <r>: ...").
   RouterScores score_workers(const LookupBatch& batch, const ResidencyIndex& residency,
                              const ScoreOptions& options = {}, cudaStream_t stream = nullptr,

@@ -110,6 +110,32 @@ void expect_cpu_scores(const HostScores& got, const RouterScores& cpu, const std
   ASSERT_EQ(got.placeholders, cpu.num_placeholders) << what;
 }
 
+/// Classes list each request's workers exactly once, request by request, members ascending,
+/// classes by representative (the lowest member).
+void expect_partition(const gpu::WorkerClasses& classes, std::size_t requests, int workers,
+                      const std::string& what) {
+  ASSERT_EQ(classes.member_offsets.size(), classes.num_classes() + 1) << what;
+  ASSERT_EQ(classes.members.size(), requests * static_cast<std::size_t>(workers)) << what;
+  std::vector<int> seen(static_cast<std::size_t>(workers), -1);
+  for (std::size_t k = 0; k < classes.num_classes(); ++k) {
+    const std::size_t r = classes.requests[k];
+    ASSERT_LT(r, requests) << what;
+    ASSERT_LT(classes.member_offsets[k], classes.member_offsets[k + 1]) << what;
+    const std::int32_t rep = classes.members[static_cast<std::size_t>(classes.member_offsets[k])];
+    ASSERT_TRUE(k == 0 || classes.requests[k - 1] < r ||
+                (classes.requests[k - 1] == r &&
+                 classes.members[static_cast<std::size_t>(classes.member_offsets[k - 1])] < rep))
+        << what;
+    for (auto m = classes.member_offsets[k]; m < classes.member_offsets[k + 1]; ++m) {
+      const std::int32_t w = classes.members[static_cast<std::size_t>(m)];
+      ASSERT_TRUE(w >= 0 && w < workers) << what;
+      ASSERT_TRUE(m == classes.member_offsets[k] || classes.members[m - 1] < w) << what;
+      ASSERT_NE(seen[static_cast<std::size_t>(w)], static_cast<int>(r)) << what << ": worker twice";
+      seen[static_cast<std::size_t>(w)] = static_cast<int>(r);
+    }
+  }
+}
+
 bool holds(const gpu::WorkerSetTable& table, std::uint32_t set, int w) {
   return ((table.sets[set * table.words + static_cast<std::size_t>(w) / 64] >> (w % 64)) & 1U) != 0;
 }
@@ -125,6 +151,8 @@ TEST(RouterGpuTable, HostTwinOfTheKernelEqualsTheCpuScorer) {
   std::size_t reached_reads = 0;
   std::size_t every_reads = 0;
   std::size_t cpu_reads = 0;
+  std::size_t pass_total = 0;
+  std::size_t finer_total = 0;
   for (int trial = 0; trial < 100; ++trial) {
     ScoredCase sc;
     if (!draw_case(rng, sc)) {
@@ -133,10 +161,22 @@ TEST(RouterGpuTable, HostTwinOfTheKernelEqualsTheCpuScorer) {
     const Coordinator& c = *sc.coordinator;
     const LookupBatch batch = sc.rc.batch();
     const std::string what = "trial " + std::to_string(trial);
-    const gpu::WorkerSetTable reached =
-        gpu::build_worker_set_table(c, batch, *sc.rc.residency, sc.options);
+    gpu::WorkerClasses pass_classes;
+    gpu::WorkerClasses every_classes;
+    const gpu::WorkerSetTable reached = gpu::build_worker_set_table(
+        c, batch, *sc.rc.residency, sc.options, gpu::TableFill::reached, &pass_classes);
     const gpu::WorkerSetTable every = gpu::build_worker_set_table(
-        c, batch, *sc.rc.residency, sc.options, gpu::TableFill::every_probe);
+        c, batch, *sc.rc.residency, sc.options, gpu::TableFill::every_probe, &every_classes);
+    // The pass's own classes: each request's workers once each, in build_worker_classes' order,
+    // never more classes than it, and scored per class they equal the CPU too.
+    expect_partition(pass_classes, batch.num_requests(), sc.workers, what);
+    const gpu::WorkerClasses finer = gpu::build_worker_classes(reached, batch.offsets);
+    EXPECT_LE(pass_classes.num_classes(), finer.num_classes()) << what;
+    expect_cpu_scores(score_on_host(c, batch, reached, &pass_classes), sc.cpu,
+                      what + " (pass classes)");
+    ASSERT_EQ(every_classes.members, gpu::build_worker_classes(every, batch.offsets).members);
+    pass_total += pass_classes.num_classes();
+    finer_total += finer.num_classes();
     for (const gpu::WorkerSetTable* table : {&reached, &every}) {
       ASSERT_EQ(table->num_workers, sc.workers);
       ASSERT_EQ(table->set_ids.size(),
@@ -171,8 +211,8 @@ TEST(RouterGpuTable, HostTwinOfTheKernelEqualsTheCpuScorer) {
   EXPECT_LT(reached_reads, every_reads);  // the point of the reached fill
   std::printf(
       "index reads: reached %zu, every probe %zu, CPU scorer %zu (its reads are per spec "
-      "group, these per group)\n",
-      reached_reads, every_reads, cpu_reads);
+      "group, these per group); classes: the pass's %zu, build_worker_classes' %zu\n",
+      reached_reads, every_reads, cpu_reads, pass_total, finer_total);
 }
 
 // build_worker_classes gives exactly the classes of workers that agree on every set id of the
@@ -197,13 +237,9 @@ TEST(RouterGpuTable, WorkerClassesAreExactAndScoreLikeEveryWorker) {
     const gpu::WorkerClasses classes = gpu::build_worker_classes(table, batch.offsets);
     const auto g = static_cast<std::size_t>(table.num_groups);
     const std::size_t requests = batch.num_requests();
-    ASSERT_EQ(classes.member_offsets.size(), classes.num_classes() + 1);
-    ASSERT_EQ(classes.members.size(), requests * static_cast<std::size_t>(sc.workers));
-    std::vector<int> seen(static_cast<std::size_t>(sc.workers), -1);
+    expect_partition(classes, requests, sc.workers, what);
     for (std::size_t k = 0; k < classes.num_classes(); ++k) {
       const std::size_t r = classes.requests[k];
-      ASSERT_LT(r, requests);
-      ASSERT_TRUE(k == 0 || classes.requests[k - 1] <= r);
       std::vector<std::uint32_t> ids;
       for (std::size_t e = static_cast<std::size_t>(batch.offsets[r]) * g;
            e < static_cast<std::size_t>(batch.offsets[r + 1]) * g; ++e) {
@@ -214,9 +250,6 @@ TEST(RouterGpuTable, WorkerClassesAreExactAndScoreLikeEveryWorker) {
       const std::int32_t rep = classes.members[static_cast<std::size_t>(classes.member_offsets[k])];
       for (auto m = classes.member_offsets[k]; m < classes.member_offsets[k + 1]; ++m) {
         const std::int32_t w = classes.members[static_cast<std::size_t>(m)];
-        ASSERT_TRUE(m == classes.member_offsets[k] || classes.members[m - 1] < w);
-        ASSERT_NE(seen[static_cast<std::size_t>(w)], static_cast<int>(r)) << "worker twice";
-        seen[static_cast<std::size_t>(w)] = static_cast<int>(r);
         for (const std::uint32_t id : ids) {
           ASSERT_EQ(holds(table, id, w), holds(table, id, rep)) << what;
         }
