@@ -11,6 +11,7 @@
 #include "prefixhit/errors.hpp"
 #include "prefixhit/prefixhit.h"
 #include "prefixhit/router.hpp"
+#include "prefixhit/router_gpu.hpp"
 
 struct prefixhit_residency {
   explicit prefixhit_residency(const prefixhit::ResidencyOptions& options) : index(options) {}
@@ -84,6 +85,46 @@ prefixhit_status apply_keys(prefixhit_residency* residency, const uint8_t* keys,
     const std::size_t count = op(index, input.view());
     if (count_out != nullptr) {
       *count_out = count;
+    }
+  });
+}
+
+/// The two score_workers calls: check the handles and buffers, run `score` (the CPU or the GPU
+/// scorer) on the batch, copy the outputs.
+template <class Score>
+prefixhit_status score_into(const prefixhit_coordinator* coordinator,
+                            const prefixhit_residency* residency, const uint8_t* digests,
+                            size_t num_digests, const int64_t* offsets, const int64_t* max_lengths,
+                            const uint8_t* apply_eagle, size_t num_requests, uint32_t ns,
+                            uint32_t tier_mask, int num_threads, int64_t* hit_lengths,
+                            int64_t* num_blocks, int64_t* num_placeholders, Score score) {
+  return prefixhit::capi::guarded_call([&] {
+    const prefixhit::Coordinator& c = prefixhit::capi::coordinator_of(coordinator);
+    const prefixhit::ResidencyIndex& index = residency_of(residency);
+    require(offsets, "offsets");
+    if (num_requests != 0) {
+      require(max_lengths, "max_lengths");
+      require(hit_lengths, "hit_lengths");
+    }
+    const Digests input(digests, num_digests, c.config().digest_size, "digests");
+    prefixhit::LookupBatch batch;
+    batch.digests = input.view();
+    batch.offsets = {offsets, num_requests + 1};
+    batch.max_lengths = {max_lengths, num_requests};
+    if (apply_eagle != nullptr) {
+      batch.apply_eagle = {apply_eagle, num_requests};
+    }
+    prefixhit::ScoreOptions options;
+    options.ns = ns;
+    options.tier_mask = tier_mask;
+    options.num_threads = num_threads;
+    const prefixhit::RouterScores scores = score(c, batch, index, options);
+    std::copy(scores.hit_lengths.begin(), scores.hit_lengths.end(), hit_lengths);
+    if (num_blocks != nullptr) {
+      std::copy(scores.num_blocks.begin(), scores.num_blocks.end(), num_blocks);
+    }
+    if (num_placeholders != nullptr) {
+      std::copy(scores.num_placeholders.begin(), scores.num_placeholders.end(), num_placeholders);
     }
   });
 }
@@ -171,35 +212,34 @@ prefixhit_status prefixhit_score_workers(
     const uint8_t* digests, size_t num_digests, const int64_t* offsets, const int64_t* max_lengths,
     const uint8_t* apply_eagle, size_t num_requests, uint32_t ns, uint32_t tier_mask,
     int num_threads, int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders) {
-  return prefixhit::capi::guarded_call([&] {
-    const prefixhit::Coordinator& c = prefixhit::capi::coordinator_of(coordinator);
-    const prefixhit::ResidencyIndex& index = residency_of(residency);
-    require(offsets, "offsets");
-    if (num_requests != 0) {
-      require(max_lengths, "max_lengths");
-      require(hit_lengths, "hit_lengths");
-    }
-    const Digests input(digests, num_digests, c.config().digest_size, "digests");
-    prefixhit::LookupBatch batch;
-    batch.digests = input.view();
-    batch.offsets = {offsets, num_requests + 1};
-    batch.max_lengths = {max_lengths, num_requests};
-    if (apply_eagle != nullptr) {
-      batch.apply_eagle = {apply_eagle, num_requests};
-    }
-    prefixhit::ScoreOptions options;
-    options.ns = ns;
-    options.tier_mask = tier_mask;
-    options.num_threads = num_threads;
-    const prefixhit::RouterScores scores = prefixhit::score_workers(c, batch, index, options);
-    std::copy(scores.hit_lengths.begin(), scores.hit_lengths.end(), hit_lengths);
-    if (num_blocks != nullptr) {
-      std::copy(scores.num_blocks.begin(), scores.num_blocks.end(), num_blocks);
-    }
-    if (num_placeholders != nullptr) {
-      std::copy(scores.num_placeholders.begin(), scores.num_placeholders.end(), num_placeholders);
-    }
-  });
+  return score_into(
+      coordinator, residency, digests, num_digests, offsets, max_lengths, apply_eagle, num_requests,
+      ns, tier_mask, num_threads, hit_lengths, num_blocks, num_placeholders,
+      [](const prefixhit::Coordinator& c, const prefixhit::LookupBatch& batch,
+         const prefixhit::ResidencyIndex& index, const prefixhit::ScoreOptions& options) {
+        return prefixhit::score_workers(c, batch, index, options);
+      });
+}
+
+int prefixhit_router_gpu_available(void) {
+  return prefixhit::gpu::device_available() ? 1 : 0;
+}
+
+prefixhit_status prefixhit_score_workers_gpu(const prefixhit_coordinator* coordinator,
+                                             const prefixhit_residency* residency,
+                                             const uint8_t* digests, size_t num_digests,
+                                             const int64_t* offsets, const int64_t* max_lengths,
+                                             const uint8_t* apply_eagle, size_t num_requests,
+                                             uint32_t ns, uint32_t tier_mask, int64_t* hit_lengths,
+                                             int64_t* num_blocks, int64_t* num_placeholders) {
+  return score_into(
+      coordinator, residency, digests, num_digests, offsets, max_lengths, apply_eagle, num_requests,
+      ns, tier_mask, 0, hit_lengths, num_blocks, num_placeholders,
+      [](const prefixhit::Coordinator& c, const prefixhit::LookupBatch& batch,
+         const prefixhit::ResidencyIndex& index, const prefixhit::ScoreOptions& options) {
+        c.validate_batch(batch);  // a bad batch says so with or without a device
+        return prefixhit::gpu::score_workers(c, batch, index, options);
+      });
 }
 
 prefixhit_status prefixhit_top_k_workers(const int64_t* hit_lengths, size_t num_requests,

@@ -1,14 +1,18 @@
-// The host pass of GPU router scoring (router_gpu.hpp): each key a request's finders may probe,
-// read once from the residency index, becomes a small id of its (tier-folded) worker set.
+// The host pass of GPU router scoring (router_gpu.hpp): each key some worker's lookup reads,
+// read once from the residency index, becomes a small id of its (tier-folded) worker set; the
+// pass's finder runs also give the worker classes the kernel runs one thread each.
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "host/router/residency_impl.hpp"
+#include "prefixhit/detail/finders.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
-#include "prefixhit/detail/residency_table.hpp"
 #include "prefixhit/detail/worker_set_probe.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router_gpu.hpp"
@@ -19,24 +23,325 @@ namespace {
 
 using Impl = ResidencyIndex::Impl;
 
-/// splitmix64's finaliser: the per-set random word of a worker signature.
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 bool fits_width(const BlockDigest& d, std::size_t width) {
   return std::all_of(d.bytes.begin() + static_cast<std::ptrdiff_t>(width), d.bytes.end(),
                      [](std::uint8_t b) { return b == 0; });
 }
 
+/// Fills table entries from the residency index (the caller holds its reader lock), interning
+/// each distinct tier-folded worker set once per batch.
+class TableFiller {
+ public:
+  TableFiller(const detail::LookupPlan& plan, const Impl& index, const ScoreOptions& options,
+              WorkerSetTable& table)
+      : index_(index),
+        tier_mask_(options.tier_mask),
+        width_(static_cast<std::size_t>(plan.digest_size)),
+        table_(table),
+        folded_(table.words) {
+    for (int gid = 0; gid < plan.num_groups; ++gid) {
+      metas_[gid] = Impl::make_meta(options.ns, gid, width_);
+    }
+  }
+
+  /// Entry (gid, i) of a request's block (hashes, n): read once, then kept.
+  std::uint32_t fill(std::uint32_t* block, const BlockDigest* hashes, std::int64_t n, int gid,
+                     std::int64_t i) {
+    std::uint32_t& entry = block[static_cast<std::ptrdiff_t>(gid) * n + i];
+    if (entry != kUnreadSet) {
+      return entry;
+    }
+    const BlockDigest& key = hashes[i];
+    if (width_ < BlockDigest::kSize && !fits_width(key, width_)) {
+      entry = kBadDigestSet;
+    } else {
+      entry = intern(index_.set_of(key, metas_[gid]));
+      ++table_.index_reads;
+    }
+    return entry;
+  }
+
+  /// Starts loading the slot of entry (gid, i)'s key, unless the entry is filled.
+  void prefetch(const std::uint32_t* block, const BlockDigest* hashes, std::int64_t n, int gid,
+                std::int64_t i) const {
+    if (block[static_cast<std::ptrdiff_t>(gid) * n + i] == kUnreadSet) {
+      index_.prefetch(hashes[i], metas_[gid]);
+    }
+  }
+
+ private:
+  /// Residency set id -> table set id (0 when the tier mask leaves nobody).
+  std::uint32_t intern(std::uint32_t set) {
+    if (set == Impl::kEmptySet) {
+      return 0;
+    }
+    const auto it = local_.find(set);
+    if (it != local_.end()) {
+      return it->second;
+    }
+    std::fill(folded_.begin(), folded_.end(), 0);
+    index_.fold_workers(set, tier_mask_, folded_.data());
+    std::uint32_t id = 0;
+    if (std::any_of(folded_.begin(), folded_.end(), [](std::uint64_t x) { return x != 0; })) {
+      id = static_cast<std::uint32_t>(table_.num_sets());
+      table_.sets.insert(table_.sets.end(), folded_.begin(), folded_.end());
+    }
+    local_.emplace(set, id);
+    return id;
+  }
+
+  const Impl& index_;
+  std::uint32_t tier_mask_;
+  std::size_t width_;
+  WorkerSetTable& table_;
+  std::uint32_t metas_[kMaxGroups] = {};
+  std::unordered_map<std::uint32_t, std::uint32_t> local_;
+  std::vector<std::uint64_t> folded_;
+};
+
+/// The finders' Probe for the reached fill: it answers for a class of workers (those that agreed
+/// on every key the class's run has read), filling the entries it reads. One key per window, as
+/// the kernel's WorkerSetProbe, so a run reads exactly what each member's own lookup reads. On
+/// the first key on which the members differ the run is void: it records that key's workers and
+/// answers what ends each scan soonest (reading nothing more); the caller splits the class.
+struct ReachProbe {
+  static constexpr int kFirstWindow = 1;
+  static constexpr int kMaxWindow = 1;
+
+  const detail::LookupPlan* plan;
+  TableFiller* filler;
+  const WorkerSetTable* table;
+  std::uint32_t* block;  ///< the request's block of the table
+  const BlockDigest* hashes;
+  std::int64_t n;
+  const std::uint64_t* cls;          ///< the class's workers
+  std::vector<std::uint64_t>* held;  ///< [words]: the probed key's workers (all members)
+  const int* scan_depth;             ///< per spec group: keys a scan prefetches ahead
+  /// Spec group 0's hashes per block when it is full attention, else 0: its chain of block keys
+  /// is every run's longest walk, and the first `known` blocks of it are held by every member
+  /// of the class (learnt by a run of a class that contains it), so they are answered without
+  /// a table look-up.
+  std::int64_t chain_step = 0;
+  std::int64_t known = 0;
+  mutable std::int64_t chain_run = 0;  ///< chain blocks from block 0 answered "all" so far
+  mutable bool split = false;
+  mutable int pf_sg = -1;  ///< the scan `ahead` last served, and the next key it would prefetch
+  mutable std::int64_t pf_step = 0;
+  mutable std::int64_t pf_next = 0;
+
+  /// Index reads are cache misses: on a miss, prefetch the slots of the next keys of the same
+  /// scan (and the digests of the keys after them), each once per scan.
+  void ahead(int sg, std::int64_t index, std::int64_t step) const {
+    const int depth = scan_depth[sg];
+    std::int64_t k = 1;
+    if (sg == pf_sg && step == pf_step && step != 0) {
+      const std::int64_t q = (pf_next - index) / step;
+      if (q >= 1 && q <= depth + 1 && index + q * step == pf_next) {
+        k = q;
+      }
+    }
+    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+    for (; k <= depth; ++k) {
+      const std::int64_t i = index + k * step;
+      if (i < 0 || i >= n) {
+        break;
+      }
+      for (int m = 0; m < spec.num_members; ++m) {
+        filler->prefetch(block, hashes, n, plan->members[spec.first_member + m], i);
+      }
+      const std::int64_t far = i + depth * step;
+      if (far >= 0 && far < n) {
+        __builtin_prefetch(hashes + far);
+      }
+    }
+    pf_sg = sg;
+    pf_step = step;
+    pf_next = index + (depth + 1) * step;
+  }
+
+  /// held = the workers holding hash `index` in every member group of spec group `sg` (a misfit
+  /// hash: nobody, as the kernel's probe answers it).
+  void read(int sg, std::int64_t index) const {
+    const detail::SpecGroupPlan& spec = plan->spec_groups[sg];
+    std::uint32_t ids[kMaxGroups];
+    for (int m = 0; m < spec.num_members; ++m) {
+      ids[m] = filler->fill(block, hashes, n, plan->members[spec.first_member + m], index);
+    }
+    std::vector<std::uint64_t>& out = *held;
+    for (std::size_t w = 0; w < out.size(); ++w) {
+      std::uint64_t x = ~std::uint64_t{0};
+      for (int m = 0; m < spec.num_members; ++m) {
+        x &= ids[m] < table->num_sets() ? table->sets[ids[m] * table->words + w] : 0;
+      }
+      out[w] = x;
+    }
+  }
+
+  std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
+    if (split) {
+      // A forward walk stops at an absent key, a backward scan at a present run.
+      return step >= 0 ? 0 : count >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << count) - 1;
+    }
+    std::uint64_t bits = 0;
+    for (int k = 0; k < count; ++k) {
+      const std::int64_t index = first + k * step;
+      if (index < 0 || index >= n) {
+        continue;  // the kernel's probe answers absent without reading
+      }
+      const bool on_chain =
+          chain_step > 0 && sg == 0 && step == chain_step && (index + 1) % chain_step == 0;
+      if (on_chain && (index + 1) / chain_step <= known) {
+        bits |= std::uint64_t{1} << k;
+        continue;
+      }
+      if (block[static_cast<std::ptrdiff_t>(plan->members[plan->spec_groups[sg].first_member]) * n +
+                index] == kUnreadSet) {
+        ahead(sg, index, step);
+      }
+      read(sg, index);
+      bool all = true;
+      bool none = true;
+      for (std::size_t w = 0; w < held->size(); ++w) {
+        const std::uint64_t x = (*held)[w] & cls[w];
+        all = all && x == cls[w];
+        none = none && x == 0;
+      }
+      if (all) {
+        bits |= std::uint64_t{1} << k;
+        if (on_chain && (index + 1) / chain_step == chain_run + 1) {
+          ++chain_run;
+        }
+      } else if (!none) {
+        split = true;  // `held` keeps this key's workers for the caller
+        return window(sg, first, step, count);
+      }
+    }
+    return bits;
+  }
+};
+
+/// Keys a scan prefetches ahead of the one it reads.
+constexpr int kPrefetch = 8;
+
+/// TableFill::reached for one request: runs the finders over classes of workers, splitting a
+/// class on the first key its members disagree on, until every class ran to its end. Every
+/// worker ends in a class whose run read (and filled) every key its own lookup reads, errors
+/// included, so the table answers each worker's lookup on the device.
+void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSetTable& table,
+                  const LookupBatch& batch, std::size_t r, std::vector<std::uint64_t>* finals) {
+  const std::int64_t off = batch.offsets[r];
+  const std::int64_t n = batch.offsets[r + 1] - off;
+  const bool eagle = batch.apply_eagle.empty() || batch.apply_eagle[r] != 0;
+  const std::size_t words = table.words;
+  std::vector<std::uint64_t> held(words);
+  std::vector<std::uint64_t> cls(words, ~std::uint64_t{0});
+  if (table.num_workers % 64 != 0) {
+    cls[words - 1] = (std::uint64_t{1} << (table.num_workers % 64)) - 1;
+  }
+  // Pending classes: `words` of workers, then the chain blocks they all hold.
+  std::vector<std::uint64_t> stack(cls);
+  stack.push_back(0);
+  // A window scan usually stops within its window's blocks: prefetch no further than that.
+  int scan_depth[kMaxGroups];
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
+    scan_depth[k] = spec.finder == FinderKind::sliding_window
+                        ? static_cast<int>(std::min<std::int64_t>(
+                              kPrefetch, detail::ceil_div(spec.window - 1, spec.block_size) + 1))
+                        : kPrefetch;
+  }
+  ReachProbe probe{&plan,
+                   &filler,
+                   &table,
+                   table.set_ids.data() + static_cast<std::size_t>(off) * table.num_groups,
+                   batch.digests.data() + off,
+                   n,
+                   cls.data(),
+                   &held,
+                   scan_depth};
+  if (plan.num_spec_groups > 0 && plan.spec_groups[0].finder == FinderKind::full_attention) {
+    probe.chain_step = plan.spec_groups[0].block_size / plan.hash_block_size;
+  }
+  GroupHit hits[kMaxGroups];
+  while (!stack.empty()) {
+    probe.known = static_cast<std::int64_t>(stack.back());
+    stack.pop_back();
+    std::copy(stack.end() - static_cast<std::ptrdiff_t>(words), stack.end(), cls.begin());
+    stack.resize(stack.size() - words);
+    probe.chain_run = probe.known;
+    probe.split = false;
+    std::int64_t hit_length = 0;
+    static_cast<void>(detail::find_longest_cache_hit(plan, n, batch.max_lengths[r], eagle, probe,
+                                                     hits, hit_length));
+    ++table.finder_runs;
+    if (!probe.split && finals != nullptr) {
+      finals->insert(finals->end(), cls.begin(), cls.end());
+    }
+    if (probe.split) {
+      // Both halves are non-empty: the members differed on the key in `held`.
+      for (std::size_t w = 0; w < words; ++w) {
+        stack.push_back(cls[w] & held[w]);
+      }
+      stack.push_back(static_cast<std::uint64_t>(probe.chain_run));
+      for (std::size_t w = 0; w < words; ++w) {
+        stack.push_back(cls[w] & ~held[w]);
+      }
+      stack.push_back(static_cast<std::uint64_t>(probe.chain_run));
+    }
+  }
+}
+
+/// Appends request r's classes (`finals`: `words` each, disjoint, covering every worker) to
+/// `out` in build_worker_classes' order: by lowest member, members ascending.
+void emit_classes(const std::vector<std::uint64_t>& finals, std::size_t words, std::size_t r,
+                  WorkerClasses& out) {
+  auto lowest = [&](std::size_t c) {
+    std::size_t w = 0;
+    while (finals[c * words + w] == 0) {
+      ++w;
+    }
+    return w * 64 + static_cast<std::size_t>(__builtin_ctzll(finals[c * words + w]));
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (lowest member, class)
+  for (std::size_t c = 0; c < finals.size() / words; ++c) {
+    order.emplace_back(lowest(c), c);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [low, c] : order) {
+    out.requests.push_back(static_cast<std::uint32_t>(r));
+    for (std::size_t w = 0; w < words; ++w) {
+      for (std::uint64_t x = finals[c * words + w]; x != 0; x &= x - 1) {
+        out.members.push_back(static_cast<std::int32_t>(w * 64 + __builtin_ctzll(x)));
+      }
+    }
+    out.member_offsets.push_back(static_cast<std::int64_t>(out.members.size()));
+  }
+}
+
+/// TableFill::every_probe for one request: each spec group's block keys, every hash of a
+/// fine-grained group.
+void fill_every_probe(const detail::LookupPlan& plan, TableFiller& filler, WorkerSetTable& table,
+                      const LookupBatch& batch, std::size_t r) {
+  const std::int64_t off = batch.offsets[r];
+  const std::int64_t n = batch.offsets[r + 1] - off;
+  std::uint32_t* block = table.set_ids.data() + static_cast<std::size_t>(off) * table.num_groups;
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
+    for (int m = 0; m < spec.num_members; ++m) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (detail::probed_by_finders(plan, k, i)) {
+          filler.fill(block, batch.digests.data() + off, n, plan.members[spec.first_member + m], i);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
-                                      const ResidencyIndex& residency,
-                                      const ScoreOptions& options) {
+                                      const ResidencyIndex& residency, const ScoreOptions& options,
+                                      TableFill fill, WorkerClasses* classes) {
   coordinator.validate_batch(batch);
   if (options.ns > kMaxNamespace) {
     throw InvalidArgument("score_workers: namespace " + std::to_string(options.ns) + " is above " +
@@ -44,225 +349,39 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
   }
   const detail::LookupPlan& plan = coordinator.plan();
   const Impl& index = residency.impl();
-  const auto g = static_cast<std::size_t>(plan.num_groups);
-  const auto width = static_cast<std::size_t>(plan.digest_size);
   WorkerSetTable table;
   table.num_workers = index.num_workers;
   table.num_groups = plan.num_groups;
   table.words = index.worker_words;
-  table.set_ids.assign(g * batch.digests.size(), 0);
+  table.set_ids.assign(static_cast<std::size_t>(plan.num_groups) * batch.digests.size(),
+                       kUnreadSet);
   table.sets.assign(table.words, 0);  // set 0: nobody
-
-  std::uint32_t metas[kMaxGroups];
-  for (int gid = 0; gid < plan.num_groups; ++gid) {
-    metas[gid] = Impl::make_meta(options.ns, gid, width);
+  const bool reached_classes = classes != nullptr && fill == TableFill::reached;
+  if (reached_classes) {
+    *classes = WorkerClasses{};
+    classes->member_offsets.push_back(0);
+    classes->members.reserve(batch.num_requests() * static_cast<std::size_t>(table.num_workers));
   }
-  // Residency set id -> table set id (0 when the tier mask leaves nobody).
-  std::unordered_map<std::uint32_t, std::uint32_t> local;
-  std::vector<std::uint64_t> folded(table.words);
-  auto intern = [&](std::uint32_t set) -> std::uint32_t {
-    if (set == Impl::kEmptySet) {
-      return 0;
-    }
-    const auto it = local.find(set);
-    if (it != local.end()) {
-      return it->second;
-    }
-    std::fill(folded.begin(), folded.end(), 0);
-    index.fold_workers(set, options.tier_mask, folded.data());
-    std::uint32_t id = 0;
-    if (std::any_of(folded.begin(), folded.end(), [](std::uint64_t x) { return x != 0; })) {
-      id = static_cast<std::uint32_t>(table.num_sets());
-      table.sets.insert(table.sets.end(), folded.begin(), folded.end());
-    }
-    local.emplace(set, id);
-    return id;
-  };
-
-  const std::shared_lock lock(index.mutex);
-  for (std::size_t r = 0; r < batch.num_requests(); ++r) {
-    const std::int64_t off = batch.offsets[r];
-    const std::int64_t n = batch.offsets[r + 1] - off;
-    const BlockDigest* hashes = batch.digests.data() + off;
-    std::uint32_t* block = table.set_ids.data() + static_cast<std::size_t>(off) * g;
-    for (int k = 0; k < plan.num_spec_groups; ++k) {
-      const detail::SpecGroupPlan& spec = plan.spec_groups[k];
-      for (int m = 0; m < spec.num_members; ++m) {
-        const int gid = plan.members[spec.first_member + m];
-        std::uint32_t* row = block + static_cast<std::ptrdiff_t>(gid) * n;
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (!detail::probed_by_finders(plan, k, i)) {
-            continue;
-          }
-          const BlockDigest& key = hashes[i];
-          if (width < BlockDigest::kSize && !fits_width(key, width)) {
-            row[i] = kBadDigestSet;
-            continue;
-          }
-          row[i] = intern(index.set_of(key, metas[gid]));
-          ++table.index_reads;
+  {
+    const std::shared_lock lock(index.mutex);
+    TableFiller filler(plan, index, options, table);
+    std::vector<std::uint64_t> finals;
+    for (std::size_t r = 0; r < batch.num_requests(); ++r) {
+      if (fill == TableFill::reached) {
+        finals.clear();
+        fill_reached(plan, filler, table, batch, r, reached_classes ? &finals : nullptr);
+        if (reached_classes) {
+          emit_classes(finals, table.words, r, *classes);
         }
+      } else {
+        fill_every_probe(plan, filler, table, batch, r);
       }
     }
+  }
+  if (classes != nullptr && !reached_classes) {
+    *classes = build_worker_classes(table, batch.offsets);
   }
   return table;
-}
-
-WorkerClasses build_worker_classes(const WorkerSetTable& table, span<const std::int64_t> offsets,
-                                   std::uint64_t signature_mask) {
-  WorkerClasses out;
-  out.member_offsets.push_back(0);
-  const int nw = table.num_workers;
-  if (offsets.size() < 2 || nw <= 0) {
-    return out;
-  }
-  const std::size_t num_requests = offsets.size() - 1;
-  const auto g = static_cast<std::size_t>(table.num_groups);
-  const std::size_t num_sets = table.num_sets();
-  out.members.reserve(num_requests * static_cast<std::size_t>(nw));
-  auto holds = [&](std::uint32_t set, int w) {
-    return ((table.sets[set * table.words + static_cast<std::size_t>(w) / 64] >> (w % 64)) & 1U) !=
-           0;
-  };
-  std::vector<std::uint32_t> stamp(num_sets, 0);  // request r + 1 once set seen in request r
-  std::vector<std::uint32_t> distinct;
-  std::vector<std::uint64_t> signature(static_cast<std::size_t>(nw));
-  std::vector<std::int32_t> order(static_cast<std::size_t>(nw));
-  std::vector<std::int32_t> reps;  // a signature bucket's classes, by representative
-  std::vector<std::int32_t> rep_of(static_cast<std::size_t>(nw));  // a worker's representative
-  std::vector<std::int64_t> slot(static_cast<std::size_t>(nw));    // a class's size, next slot
-  for (std::size_t r = 0; r < num_requests; ++r) {
-    // Set 0 (nobody) and kBadDigestSet read alike for every worker: they split no class.
-    distinct.clear();
-    const std::size_t begin = static_cast<std::size_t>(offsets[r]) * g;
-    const std::size_t end = static_cast<std::size_t>(offsets[r + 1]) * g;
-    for (std::size_t e = begin; e < end; ++e) {
-      const std::uint32_t id = table.set_ids[e];
-      if (id != 0 && id < num_sets && stamp[id] != r + 1) {
-        stamp[id] = static_cast<std::uint32_t>(r + 1);
-        distinct.push_back(id);
-      }
-    }
-    std::fill(signature.begin(), signature.end(), 0);
-    for (const std::uint32_t id : distinct) {
-      const std::uint64_t word = mix64(id) & signature_mask;
-      const std::uint64_t* bits = table.sets.data() + id * table.words;
-      for (std::size_t k = 0; k < table.words; ++k) {
-        for (std::uint64_t b = bits[k]; b != 0; b &= b - 1) {
-          const std::size_t w = k * 64 + static_cast<std::size_t>(__builtin_ctzll(b));
-          if (w < signature.size()) {
-            signature[w] ^= word;
-          }
-        }
-      }
-    }
-    for (int w = 0; w < nw; ++w) {
-      order[static_cast<std::size_t>(w)] = w;
-    }
-    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-      const std::uint64_t sa = signature[static_cast<std::size_t>(a)];
-      const std::uint64_t sb = signature[static_cast<std::size_t>(b)];
-      return sa != sb ? sa < sb : a < b;
-    });
-    for (std::size_t i = 0; i < order.size();) {
-      std::size_t j = i + 1;
-      while (j < order.size() && signature[static_cast<std::size_t>(order[j])] ==
-                                     signature[static_cast<std::size_t>(order[i])]) {
-        ++j;
-      }
-      // Confirm: a worker joins a class only if its bit equals the representative's on every
-      // distinct set, so a collision costs a split, never a wrong answer. A bucket runs in
-      // worker order, so each representative is its class's lowest worker.
-      reps.clear();
-      for (std::size_t k = i; k < j; ++k) {
-        const std::int32_t w = order[k];
-        std::size_t c = 0;
-        while (c < reps.size() &&
-               !std::all_of(distinct.begin(), distinct.end(),
-                            [&](std::uint32_t id) { return holds(id, w) == holds(id, reps[c]); })) {
-          ++c;
-        }
-        if (c == reps.size()) {
-          reps.push_back(w);
-          out.collisions += c > 0 ? 1 : 0;
-        }
-        rep_of[static_cast<std::size_t>(w)] = reps[c];
-      }
-      i = j;
-    }
-    // Emit the classes by representative, members ascending (a counting sort: no allocation
-    // per class).
-    std::fill(slot.begin(), slot.end(), 0);
-    for (const std::int32_t rep : rep_of) {
-      ++slot[static_cast<std::size_t>(rep)];
-    }
-    auto at = static_cast<std::int64_t>(out.members.size());
-    for (int w = 0; w < nw; ++w) {
-      if (rep_of[static_cast<std::size_t>(w)] == w) {
-        const std::int64_t size = slot[static_cast<std::size_t>(w)];
-        slot[static_cast<std::size_t>(w)] = at;
-        at += size;
-        out.requests.push_back(static_cast<std::uint32_t>(r));
-        out.member_offsets.push_back(at);
-      }
-    }
-    out.members.resize(static_cast<std::size_t>(at));
-    for (int w = 0; w < nw; ++w) {
-      const auto rep = static_cast<std::size_t>(rep_of[static_cast<std::size_t>(w)]);
-      out.members[static_cast<std::size_t>(slot[rep]++)] = w;
-    }
-  }
-  return out;
-}
-
-std::uint32_t residency_key_meta(Namespace ns, int group_id, std::size_t digest_size) {
-  return Impl::make_meta(ns, group_id, digest_size);
-}
-
-ResidencySnapshot snapshot_residency(const ResidencyIndex& residency, std::uint64_t seed) {
-  const Impl& cpu = residency.impl();
-  ResidencySnapshot out;
-  out.seed = seed;
-  const std::shared_lock lock(cpu.mutex);
-  out.words = cpu.words;
-  out.num_workers = cpu.num_workers;
-  out.num_tiers = cpu.num_tiers;
-  // Live keys: a key whose set was emptied in place (clear_worker) counts as absent.
-  auto is_live = [&](const Impl::Slot& s) {
-    return s.set != Impl::kFreeSlot && s.set != Impl::kTombstone && s.set != Impl::kEmptySet &&
-           cpu.set_count[s.set] != 0;
-  };
-  out.live_keys =
-      static_cast<std::size_t>(std::count_if(cpu.slots.begin(), cpu.slots.end(), is_live));
-  std::size_t capacity = 16;
-  while (capacity < 2 * out.live_keys) {
-    capacity *= 2;
-  }
-  out.mask = capacity - 1;
-  out.keys.assign(4 * capacity, 0);
-  out.metas.assign(capacity, 0);
-  out.slot_sets.assign(capacity, detail::kFreeResidencySlot);
-  out.sets.assign(cpu.words, 0);  // set 0: nobody
-  std::unordered_map<std::uint32_t, std::uint32_t> dense;
-  for (const Impl::Slot& s : cpu.slots) {
-    if (!is_live(s)) {
-      continue;
-    }
-    const auto [it, fresh] =
-        dense.emplace(s.set, static_cast<std::uint32_t>(out.sets.size() / cpu.words));
-    if (fresh) {
-      const std::uint64_t* bits = cpu.bits(s.set);
-      out.sets.insert(out.sets.end(), bits, bits + cpu.words);
-    }
-    std::uint64_t i = detail::residency_slot_hash(s.d, s.meta, seed) & out.mask;
-    while (out.slot_sets[i] != detail::kFreeResidencySlot) {
-      i = (i + 1) & out.mask;
-    }
-    std::copy(s.d, s.d + 4, out.keys.begin() + static_cast<std::ptrdiff_t>(4 * i));
-    out.metas[i] = s.meta;
-    out.slot_sets[i] = it->second;
-  }
-  return out;
 }
 
 }  // namespace prefixhit::gpu

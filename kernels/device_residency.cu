@@ -34,8 +34,8 @@ struct TableArgs {
   std::uint32_t* set_ids;  ///< [G * num_digests]
 };
 
-/// One thread per (digest, group id): the entry of build_worker_set_table, or 0 where no finder
-/// reads.
+/// One thread per (digest, group id): the entry of build_worker_set_table's every-probe fill, or 0
+/// where no finder can read.
 __global__ void __launch_bounds__(kScoreThreads)
     worker_set_table_kernel(const __grid_constant__ detail::LookupPlan plan,
                             const __grid_constant__ TableArgs args) {

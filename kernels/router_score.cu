@@ -276,8 +276,9 @@ RouterScores RouterScoreEngine::score_workers(const LookupBatch& batch,
                                               LookupTiming* timing) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::gpu::score_workers");
   Impl& impl = *impl_;
-  const WorkerSetTable table = build_worker_set_table(impl.coordinator, batch, residency, options);
-  const WorkerClasses classes = build_worker_classes(table, batch.offsets);
+  WorkerClasses classes;
+  const WorkerSetTable table = build_worker_set_table(impl.coordinator, batch, residency, options,
+                                                      TableFill::reached, &classes);
   RouterScores scores =
       scoring::empty_scores(batch.num_requests(), table.num_workers, table.num_groups);
   scores.index_reads = table.index_reads;

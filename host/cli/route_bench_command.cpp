@@ -22,6 +22,7 @@
 #include "host/cli/commands.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router.hpp"
+#include "prefixhit/router_gpu.hpp"
 
 namespace prefixhit::cli {
 
@@ -43,6 +44,7 @@ struct RouteBenchOptions {
   int top_k = 4;
   std::uint64_t seed = 1;
   bool json = false;
+  bool gpu_table = false;  ///< also time the GPU path's host table pass, both fills
 };
 
 double seconds_since(clock_type::time_point start) {
@@ -335,6 +337,34 @@ int run_route_bench(const RouteBenchOptions& o) {
   const std::vector<std::int32_t> top = top_k_workers(scores, o.top_k, load);
   const double topk_s = seconds_since(start);
 
+  // The GPU path's host pass (no GPU needed) on the sampled requests, each fill over all of
+  // them in turn: keys read, thread CPU time (with the classes), and the classes (GPU threads).
+  nlohmann::json gpu_table;
+  if (o.gpu_table) {
+    for (const gpu::TableFill fill : {gpu::TableFill::every_probe, gpu::TableFill::reached}) {
+      std::size_t reads = 0;
+      std::size_t runs = 0;
+      std::size_t classes = 0;
+      double table_s = 0;
+      for (const std::size_t r : sample) {
+        const LookupBatch b = req.one(r);
+        cpu = thread_cpu_seconds();
+        gpu::WorkerClasses k;  // the reached pass's own classes, else build_worker_classes'
+        const gpu::WorkerSetTable t = gpu::build_worker_set_table(c, b, residency, one, fill, &k);
+        table_s += thread_cpu_seconds() - cpu;
+        reads += t.index_reads;
+        runs += t.finder_runs;
+        classes += k.num_classes();
+      }
+      const auto per = [&](double x) { return x / static_cast<double>(sample.size()); };
+      gpu_table[fill == gpu::TableFill::reached ? "reached" : "every_probe"] = {
+          {"index_reads_per_request", per(static_cast<double>(reads))},
+          {"cpu_ms_per_request", per(table_s) * 1e3},
+          {"finder_runs_per_request", per(static_cast<double>(runs))},
+          {"classes_per_request", per(static_cast<double>(classes))}};
+    }
+  }
+
   std::int64_t hits = 0;
   for (std::size_t r = 0; r < scores.num_requests; ++r) {
     hits += scores.hit_lengths[r * static_cast<std::size_t>(o.workers) +
@@ -385,6 +415,9 @@ int run_route_bench(const RouteBenchOptions& o) {
        {{"k", o.top_k},
         {"us_per_request", topk_s * 1e6 / n_req},
         {"mean_best_hit_tokens", static_cast<double>(hits) / n_req}}}};
+  if (o.gpu_table) {
+    j["gpu_table"] = gpu_table;
+  }
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
@@ -420,6 +453,14 @@ int run_route_bench(const RouteBenchOptions& o) {
     line("8K, 1t", small1);
     line("8K, 2t", small2);
     std::printf("  top-%d: %.2f us/request\n", o.top_k, topk_s * 1e6 / n_req);
+    for (const auto& [fill, t] : gpu_table.items()) {
+      std::printf(
+          "  GPU host table (%s, %zu requests): %.0f index reads, %.2f ms thread CPU, %.1f "
+          "finder runs, %.1f classes per request\n",
+          fill.c_str(), sample.size(), t["index_reads_per_request"].get<double>(),
+          t["cpu_ms_per_request"].get<double>(), t["finder_runs_per_request"].get<double>(),
+          t["classes_per_request"].get<double>());
+    }
   }
   if (mismatches != 0) {
     std::cerr << "prefixhit route-bench: " << mismatches
@@ -457,6 +498,9 @@ void add_route_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "workers per request in the top-k")->capture_default_str();
   cmd->add_option("--seed", o->seed, "workload seed")->capture_default_str();
+  cmd->add_flag("--gpu-table", o->gpu_table,
+                "also time the GPU path's host table pass (every probe vs reached keys) on the "
+                "sampled requests");
   cmd->add_flag("--json", o->json, "print JSON");
   cmd->callback([o] {
     const int rc = run_route_bench(*o);

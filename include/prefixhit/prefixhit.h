@@ -440,6 +440,21 @@ PREFIXHIT_API prefixhit_status prefixhit_score_workers(
     const uint8_t* apply_eagle, size_t num_requests, uint32_t ns, uint32_t tier_mask,
     int num_threads, int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders);
 
+/* 1 when prefixhit_score_workers_gpu can run: a CUDA build (or the CUDA emulator) with a device;
+ * else 0. */
+PREFIXHIT_API int prefixhit_router_gpu_available(void);
+
+/* prefixhit_score_workers on the GPU (docs/router.md, "GPU path"): the same arguments (less
+ * num_threads), outputs, statuses and messages, and results equal to the CPU call's. Returns
+ * PREFIXHIT_STATUS_UNAVAILABLE (after the handle, buffer and batch checks) in a build without
+ * CUDA or without a device. Each call builds its GPU engine and copies the batch's worker-set table
+ * to the device: it pays off for large batches, not single requests. */
+PREFIXHIT_API prefixhit_status prefixhit_score_workers_gpu(
+    const prefixhit_coordinator* coordinator, const prefixhit_residency* residency,
+    const uint8_t* digests, size_t num_digests, const int64_t* offsets, const int64_t* max_lengths,
+    const uint8_t* apply_eagle, size_t num_requests, uint32_t ns, uint32_t tier_mask,
+    int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders);
+
 /* The k best workers per request from hit_lengths [num_requests * num_workers]: out
  * [num_requests * k] (caller-allocated), -1 past the last worker. Longest hit first, then lowest
  * load[w] (load: num_workers entries, or NULL), then lowest worker id. */

@@ -2,13 +2,16 @@
 // requests, running the shared finders (detail/finders.hpp) that the CPU engine and the batch
 // lookup kernel run: one CUDA thread per (request, worker class), or per (request, worker).
 //
-// How: a host pass reads, for each request, every key its finders may probe (each spec group's
-// block keys, or every hash for a fine-grained group) from the CPU ResidencyIndex once, and
-// writes the key's worker set as a small id into a table laid out like gpu.hpp's presence table
-// (request r's block at G*offsets[r], entry (g, i) at G*offsets[r] + g*n_r + i). The distinct
+// How: a host pass reads, for each request, the keys its finders reach from the CPU
+// ResidencyIndex once, and writes each key's worker set as a small id into a table laid out like
+// gpu.hpp's presence table (request r's block at G*offsets[r], entry (g, i) at G*offsets[r] +
+// g*n_r + i). To know what the finders reach without reading every key they might probe, the pass
+// runs the shared finders over classes of workers, as the CPU scorer does: a class's run reads a
+// key (filling its entry) and goes on while every member answers alike, and splits where they
+// differ, so the entries read are exactly those some worker's own lookup reads. The distinct
 // worker sets the batch touches go to the device as bitsets of W bits (tiers already folded by
-// the tier mask). Workers whose bits agree on every set a request's table names answer every
-// probe alike, so the host groups them into classes (build_worker_classes); thread (r, c) runs
+// the tier mask). The pass's runs end with classes of workers that answer alike every key their
+// lookups read (build_worker_classes gives finer ones from any table); thread (r, c) runs
 // the finders for class c's representative worker with an existence functor that tests its bit
 // of the probed key's set (detail/worker_set_probe.hpp), and writes the result to every member.
 //
@@ -34,30 +37,42 @@ namespace prefixhit::gpu {
 /// A table entry whose hash is not of Config::digest_size's width (a nonzero byte past it): a
 /// worker whose lookup reads it fails with invalid_argument, as the CPU score_workers does.
 inline constexpr std::uint32_t kBadDigestSet = 0xFFFFFFFFU;
+/// A table entry the host pass did not read (no worker's lookup reaches it). Like any id past the
+/// table's sets, a lookup that reads it fails with invalid_argument (a malformed table), so a
+/// table that missed an entry can never give a silent wrong score.
+inline constexpr std::uint32_t kUnreadSet = 0xFFFFFFFEU;
+
+/// Which entries build_worker_set_table reads from the residency index.
+enum class TableFill : std::uint8_t {
+  /// Only the keys some worker's lookup reads (the default; about the CPU scorer's reads).
+  reached,
+  /// Every key a finder may probe: each spec group's block keys up to the request's end, every
+  /// hash of a fine-grained group (the old pass; for tests and benchmarks to compare).
+  every_probe,
+};
 
 /// The host side of a GPU scoring pass: which worker set each probed key has.
 struct WorkerSetTable {
   int num_workers = 0;
   int num_groups = 0;
   std::size_t words = 0;  ///< 64-bit words per worker set: ceil(num_workers / 64)
-  /// [num_groups * batch digests], the presence table's layout; entries no finder reads are 0.
+  /// [num_groups * batch digests], the presence table's layout; entries the pass did not read
+  /// are kUnreadSet.
   std::vector<std::uint32_t> set_ids;
   /// [num_sets * words]: set id k's workers (bit w of word w/64). Set 0 is the empty set.
   std::vector<std::uint64_t> sets;
-  std::size_t index_reads = 0;  ///< keys read from the residency index
+  std::size_t index_reads = 0;  ///< keys read from the residency index (one per group and hash)
+  /// TableFill::reached: runs of the finders the pass made (one per class it tried, summed over
+  /// requests; a run that split counts too). 0 for every_probe.
+  std::size_t finder_runs = 0;
 
   std::size_t num_sets() const noexcept { return words == 0 ? 0 : sets.size() / words; }
 };
 
-/// Builds the table for a batch under `options.ns` and `options.tier_mask` (num_threads is not
-/// used: the pass is single-threaded). Holds the residency index's reader lock while it runs.
-/// Throws InvalidArgument for a bad batch (Coordinator::validate_batch) or namespace.
-WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
-                                      const ResidencyIndex& residency,
-                                      const ScoreOptions& options = {});
-
-/// Request r's workers split into classes that agree on every set id r's table entries name (so
-/// their lookups read the same answers and end alike). Class c belongs to request requests[c];
+/// Request r's workers split into classes whose members answer alike every key their lookups
+/// read, so they end alike: build_worker_classes' agree on every set id r's table entries name,
+/// build_worker_set_table's (reached) on the keys its runs read. Class c belongs to request
+/// requests[c];
 /// its workers are members[member_offsets[c] .. member_offsets[c+1]), ascending, the first being
 /// its representative. Classes run request by request, by representative.
 struct WorkerClasses {
@@ -69,6 +84,21 @@ struct WorkerClasses {
 
   std::size_t num_classes() const noexcept { return requests.size(); }
 };
+
+/// Builds the table for a batch under `options.ns` and `options.tier_mask` (num_threads is not
+/// used: the pass is single-threaded). Holds the residency index's reader lock while it runs.
+/// Cost (reached): the keys the workers' lookups read, each once per request, plus the finder
+/// runs over the pass's classes (like the CPU scorer), not every hash of the request.
+/// `classes`, when given, receives the classes for the kernel: with TableFill::reached the ones
+/// the pass's runs ended with (members agree on every key their own lookups read: about the CPU
+/// scorer's classes, never more than build_worker_classes gives for the same table, which splits
+/// on every entry of the request); with every_probe, build_worker_classes'.
+/// Throws InvalidArgument for a bad batch (Coordinator::validate_batch) or namespace.
+WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const LookupBatch& batch,
+                                      const ResidencyIndex& residency,
+                                      const ScoreOptions& options = {},
+                                      TableFill fill = TableFill::reached,
+                                      WorkerClasses* classes = nullptr);
 
 /// Groups each request's workers by the bits of the set ids its block of `table` names. A
 /// signature per worker (the XOR of a random word per set that holds it) finds candidates; every
@@ -192,7 +222,8 @@ class RouterScoreEngine {
   // This form runs one thread per (request, worker); the next, one per class.
   void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
                            const DeviceScoreOutput& out, cudaStream_t stream) const;
-  /// One thread per class of `classes` (built by build_worker_classes from the same table): each
+  /// One thread per class of `classes` (from build_worker_set_table or build_worker_classes, for
+  /// the same table): each
   /// scores its representative and writes every member's row. Rows of workers in no class are
   /// not written. Throws InvalidArgument for missing class arrays.
   void score_workers_async(const DeviceBatch& batch, const DeviceWorkerSets& sets,
@@ -204,8 +235,8 @@ class RouterScoreEngine {
 
   // ---- host arrays in, host result out ---------------------------------------------------------
   /// The CPU score_workers' contract: same RouterScores (hit_lengths, num_blocks,
-  /// num_placeholders; index_reads counts the host pass's reads; classes counts the
-  /// build_worker_classes classes, one GPU thread each; probes is 0), same errors and messages
+  /// num_placeholders; index_reads counts the host pass's reads; classes counts the host pass's
+  /// classes, one GPU thread each; probes is 0), same errors and messages
   /// ("score_workers: request <r>: ...").
   RouterScores score_workers(const LookupBatch& batch, const ResidencyIndex& residency,
                              const ScoreOptions& options = {}, cudaStream_t stream = nullptr,

@@ -15,7 +15,8 @@ namespace prefixhit::detail {
 
 /// Whether a finder of spec group `sg` can read hash `index`: its block keys (hash (j+1)*s - 1
 /// for blocks of s hashes), or every hash where a fine-grained (partial) probe walks hash by
-/// hash. The tables of GPU router scoring fill exactly these entries.
+/// hash. The device index's table fills these entries (gpu::TableFill::every_probe likewise);
+/// the host's reached table only those some worker's lookup reads.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool probed_by_finders(const LookupPlan& plan, int sg,
                                                           std::int64_t index) {
   const SpecGroupPlan& spec = plan.spec_groups[sg];
@@ -26,8 +27,9 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool probed_by_finders(const LookupPlan& plan
 
 /// A Probe (finders.hpp) for worker `worker` of one request: key (g, i) is present when bit
 /// `worker` of set row[g*n + i] is set. One key per window, as the CPU scorer's ClassProbe: a
-/// hash of the wrong width fails the lookup only if the finder really reads it, so the probe
-/// must not read ahead.
+/// hash of the wrong width fails the lookup only if the finder really reads it, and the host
+/// fills only the entries the lookups read (gpu::kUnreadSet elsewhere, a malformed entry here),
+/// so the probe must not read ahead.
 struct WorkerSetProbe {
   static constexpr int kFirstWindow = 1;
   static constexpr int kMaxWindow = 1;
