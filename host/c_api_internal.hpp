@@ -110,6 +110,7 @@ class DigestInput {
     }
   }
   prefixhit::span<const prefixhit::BlockDigest> view() const noexcept { return view_; }
+  const prefixhit::BlockDigest& operator[](std::size_t i) const noexcept { return view_[i]; }
 
  private:
   std::vector<prefixhit::BlockDigest> copy_;

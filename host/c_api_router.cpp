@@ -23,15 +23,8 @@ namespace {
 using prefixhit::BlockDigest;
 using prefixhit::InvalidArgument;
 
-// A count no buffer can hold (n * 32 near or past 2^64) is a caller's mistake.
-constexpr std::size_t kMaxKeysPerCall = std::size_t{1} << 40;
-
-template <class T>
-void require(const T* pointer, const char* what) {
-  if (pointer == nullptr) {
-    throw InvalidArgument(std::string(what) + " must not be NULL");
-  }
-}
+using prefixhit::capi::DigestInput;
+using prefixhit::capi::require;
 
 prefixhit::ResidencyIndex& residency_of(prefixhit_residency* handle) {
   require(handle, "residency");
@@ -43,45 +36,13 @@ const prefixhit::ResidencyIndex& residency_of(const prefixhit_residency* handle)
   return handle->index;
 }
 
-/// n digests of `width` bytes from a caller buffer: borrowed when they are 32-byte digests at
-/// BlockDigest's alignment, else copied (any alignment) and widened (zero-padded) to BlockDigest.
-class Digests {
- public:
-  Digests(const std::uint8_t* bytes, std::size_t n, std::size_t width, const char* what) {
-    prefixhit::check_digest_size(width, what);
-    if (n > kMaxKeysPerCall) {
-      throw InvalidArgument(std::string("num_") + what + " " + std::to_string(n) +
-                            " is more digests than one call accepts (at most 2^40)");
-    }
-    if (n != 0) {
-      require(bytes, what);
-    }
-    if (n != 0 && width == BlockDigest::kSize &&
-        reinterpret_cast<std::uintptr_t>(bytes) % alignof(BlockDigest) == 0) {
-      view_ = {reinterpret_cast<const BlockDigest*>(bytes), n};
-      return;
-    }
-    copy_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      std::memcpy(copy_[i].bytes.data(), bytes + i * width, width);
-    }
-    view_ = {copy_.data(), copy_.size()};
-  }
-  prefixhit::span<const BlockDigest> view() const noexcept { return view_; }
-  const BlockDigest& operator[](std::size_t i) const noexcept { return view_[i]; }
-
- private:
-  std::vector<BlockDigest> copy_;
-  prefixhit::span<const BlockDigest> view_;
-};
-
 /// insert and erase: check the keys, run `op` on the index, report its count.
 template <class Op>
 prefixhit_status apply_keys(prefixhit_residency* residency, const uint8_t* keys, size_t num_keys,
                             size_t digest_size, size_t* count_out, Op op) {
   return prefixhit::capi::guarded_call([&] {
     prefixhit::ResidencyIndex& index = residency_of(residency);
-    const Digests input(keys, num_keys, digest_size, "keys");
+    const DigestInput input(keys, num_keys, "keys", digest_size);
     const std::size_t count = op(index, input.view());
     if (count_out != nullptr) {
       *count_out = count;
@@ -106,7 +67,7 @@ prefixhit_status score_into(const prefixhit_coordinator* coordinator,
       require(max_lengths, "max_lengths");
       require(hit_lengths, "hit_lengths");
     }
-    const Digests input(digests, num_digests, c.config().digest_size, "digests");
+    const DigestInput input(digests, num_digests, "digests", c.config().digest_size);
     prefixhit::LookupBatch batch;
     batch.digests = input.view();
     batch.offsets = {offsets, num_requests + 1};
@@ -185,7 +146,7 @@ prefixhit_status prefixhit_residency_contains(const prefixhit_residency* residen
     const prefixhit::ResidencyIndex& index = residency_of(residency);
     require(out, "out");
     require(key, "key");
-    const Digests input(key, 1, digest_size, "key");
+    const DigestInput input(key, 1, "key", digest_size);
     *out = index.contains(worker, ns, group_id, input[0], digest_size, tier_mask) ? 1 : 0;
   });
 }
@@ -251,7 +212,7 @@ prefixhit_status prefixhit_top_k_workers(const int64_t* hit_lengths, size_t num_
                             "], got " + std::to_string(num_workers));
     }
     const auto nw = static_cast<std::size_t>(num_workers);
-    if (num_requests > kMaxKeysPerCall / (nw == 0 ? 1 : nw)) {
+    if (num_requests > prefixhit::capi::kMaxDigestsPerCall / (nw == 0 ? 1 : nw)) {
       throw InvalidArgument("num_requests " + std::to_string(num_requests) + " is too large");
     }
     if (num_requests != 0 && nw != 0) {
