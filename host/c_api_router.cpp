@@ -20,7 +20,6 @@ struct prefixhit_residency {
 
 namespace {
 
-using prefixhit::BlockDigest;
 using prefixhit::InvalidArgument;
 
 using prefixhit::capi::DigestInput;
