@@ -185,7 +185,7 @@ count_gtest "${log_dir}/emu-schedules.log"
 emu_asan() {
   cmake -S . -B build/emu-asan -G Ninja --preset emu -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DPREFIXHIT_SANITIZE=address,undefined -DPREFIXHIT_BUILD_CLI=OFF >/dev/null &&
-    cmake --build build/emu-asan --target prefixhit_gpu_tests cuemu_tests &&
+    cmake --build build/emu-asan --target prefixhit_emu_suite &&
     ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:allocator_may_return_null=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build/emu-asan -L gpu-emu --output-on-failure -j2
