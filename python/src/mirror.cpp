@@ -173,12 +173,12 @@ void bind_mirror(nb::module_& m) {
               sink = std::make_unique<BlockIndexSink>(*target.cpu);
             }
             auto mirror = std::make_unique<EventMirror>(*sink, std::move(o));
-            auto* m = new (self) PyEventMirror();
-            m->index = std::move(index);
-            m->device = on;
-            m->sink = std::move(sink);
-            m->device_sink = device_sink;
-            m->mirror = std::move(mirror);
+            auto* made = new (self) PyEventMirror();
+            made->index = std::move(index);
+            made->device = on;
+            made->sink = std::move(sink);
+            made->device_sink = device_sink;
+            made->mirror = std::move(mirror);
           },
           nb::arg("index").none(), nb::arg("endpoints"), nb::kw_only(), nb::arg("device") = "auto",
           nb::arg("format") = "vllm", nb::arg("replay") = std::vector<std::string>{},
