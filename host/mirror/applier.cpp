@@ -34,15 +34,16 @@ struct BatchApplier::Impl {
   bool present(std::size_t i) { return counts.at(i).ranks_present == expected_ranks; }
 
   void apply_stored(const mirror::DecodedEvent& ev) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     const mirror::Holder holder{ev.rank, ev.medium};
     counts.reserve(ev.num_keys);
     touched.clear();
     changed.clear();
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      counts.prefetch(batch->keys[ev.first_key + k]);
+      counts.prefetch(keys[ev.first_key + k]);
     }
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      const EventKey& key = batch->keys[ev.first_key + k];
+      const EventKey& key = keys[ev.first_key + k];
       const std::size_t i = counts.find_or_add(key);
       const bool was = present(i);
       counts.add(i, holder, +1);
@@ -68,14 +69,15 @@ struct BatchApplier::Impl {
   }
 
   void apply_removed(const mirror::DecodedEvent& ev) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     const mirror::Holder holder{ev.rank, ev.medium};
     touched.clear();
     changed.clear();
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      counts.prefetch(batch->keys[ev.first_key + k]);
+      counts.prefetch(keys[ev.first_key + k]);
     }
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      const EventKey& key = batch->keys[ev.first_key + k];
+      const EventKey& key = keys[ev.first_key + k];
       const std::size_t i = counts.find(key);
       if (i == SIZE_MAX) {
         continue;  // never stored here (or stored before this mirror joined): nothing to undo
@@ -119,6 +121,7 @@ struct BatchApplier::Impl {
   /// insert. False when the sink refused: then nothing of the run is applied (counts undone,
   /// index as before) and the caller applies it event by event.
   bool apply_run(const mirror::DecodedEvent* begin, const mirror::DecodedEvent* end) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     if (begin == end) {
       return true;
     }
@@ -141,7 +144,7 @@ struct BatchApplier::Impl {
     hashes.resize(last - first);
     applied.resize(last - first);
     auto ahead = [&](std::size_t j) {
-      hashes[j - first] = counts.hash_of(batch->keys[j]);
+      hashes[j - first] = counts.hash_of(keys[j]);
       counts.prefetch(hashes[j - first]);
     };
     for (std::size_t j = first; j < std::min(last, first + kAhead); ++j) {
@@ -154,7 +157,7 @@ struct BatchApplier::Impl {
         if (j + kAhead < last) {
           ahead(j + kAhead);
         }
-        const EventKey& key = batch->keys[j];
+        const EventKey& key = keys[j];
         const std::uint64_t h = hashes[j - first];
         const std::size_t i =
             stored ? counts.find_or_add_hashed(key, h) : counts.find_hashed(key, h);
@@ -224,6 +227,7 @@ struct BatchApplier::Impl {
 
   /// Undoes the holder changes of a run, last first.
   void undo_run(const mirror::DecodedEvent* begin, const mirror::DecodedEvent* end) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     const std::size_t first = begin->first_key;
     for (const mirror::DecodedEvent* ev = end; ev != begin;) {
       --ev;
@@ -231,7 +235,7 @@ struct BatchApplier::Impl {
       const int delta = ev->type == mirror::EventType::stored ? -1 : +1;
       for (std::size_t j = ev->first_key + ev->num_keys; j-- > ev->first_key;) {
         if (applied[j - first] != 0) {
-          counts.add(counts.find_hashed(batch->keys[j], hashes[j - first]), holder, delta);
+          counts.add(counts.find_hashed(keys[j], hashes[j - first]), holder, delta);
         }
       }
     }
