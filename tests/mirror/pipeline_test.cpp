@@ -95,6 +95,11 @@ TEST(EventMirrorPipeline, BoundedQueueKeepsOrderAndCountsBackpressure) {
     last = pub.publish(vllm_payload(events, m % 2 == 0));
   }
   ASSERT_TRUE(mirror.wait_for_seq(last, 30.0));
+  // The applier releases its drained messages from the bound after the last one is applied.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (mirror.stats().queue_depth != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   const EventMirrorStats st = mirror.stats();
   EXPECT_EQ(st.messages, 300U);
   EXPECT_GE(st.backpressure, 1U);  // 300 messages against a queue of 3 and a slow index
