@@ -179,8 +179,10 @@ struct EventMirror::Impl {
         std::lock_guard<std::mutex> s(state_mutex);
         ++applier.stats().backpressure;
       }
+      receiver_waiting.store(true, std::memory_order_relaxed);
       not_full.wait(
           lock, [&] { return has_room_locked(keys) || stopping.load(std::memory_order_acquire); });
+      receiver_waiting.store(false, std::memory_order_relaxed);
     }
     const bool was_empty = queue.empty();
     queue.push_back(std::move(item));
@@ -220,6 +222,8 @@ struct EventMirror::Impl {
         applying = taken.size();
         applying_keys = pending_keys;
       }
+      std::size_t done = 0;  // applied, still counted in the bound
+      std::size_t done_keys = 0;
       for (const Item& item : taken) {
         try {
           handle(item);
@@ -229,6 +233,21 @@ struct EventMirror::Impl {
           std::lock_guard<std::mutex> lock(state_mutex);
           ++applier.stats().failed_events;
           applier.stats().last_error = std::string("message skipped: ") + e.what();
+        }
+        ++done;
+        done_keys += item.batch.keys.size();
+        // A receiver waiting for room gets it as the drain goes, an eighth of the bound at a
+        // time, rather than after the whole drain: else a full queue empties completely before
+        // it refills, and the two threads take turns instead of overlapping.
+        if (receiver_waiting.load(std::memory_order_relaxed) &&
+            (done * 8 >= options.queue_capacity || done_keys * 8 >= options.queue_max_keys)) {
+          std::lock_guard<std::mutex> lock(queue_mutex);
+          applying -= done;
+          applying_keys -= done_keys;
+          pending_keys -= done_keys;
+          done = 0;
+          done_keys = 0;
+          not_full.notify_one();
         }
       }
     }
@@ -420,6 +439,7 @@ struct EventMirror::Impl {
   std::size_t applying = 0;       // messages taken from the queue, not yet applied
   std::size_t pending_keys = 0;   // block hashes in the queue and in the applier's hands
   std::size_t applying_keys = 0;  // of which in the applier's hands
+  std::atomic<bool> receiver_waiting{false};  // the receiver waits for room (not_full)
 
   mutable std::mutex state_mutex;  // the applier and its stats
   mutable std::condition_variable applied;
