@@ -54,7 +54,8 @@ void write_be64(std::uint64_t v, std::uint8_t* out) {
 }
 
 /// Spare queue items kept for reuse (each keeps its decoded vectors' capacity), so that a
-/// steady stream allocates nothing per message.
+/// steady stream allocates nothing per message; at most this many, holding at most
+/// queue_max_keys keys of capacity in all (a burst of huge messages is not kept around).
 constexpr std::size_t kMaxSpareItems = 128;
 
 /// One received message, decoded on the receiving thread.
@@ -192,6 +193,7 @@ struct EventMirror::Impl {
     } else {
       item = std::move(spares.back());
       spares.pop_back();
+      spare_keys -= item.batch.keys.capacity();
     }
     if (was_empty) {  // the applier only sleeps on an empty queue
       not_empty.notify_one();
@@ -202,16 +204,22 @@ struct EventMirror::Impl {
     std::vector<Item> taken;
     while (true) {
       {
-        std::unique_lock<std::mutex> lock(queue_mutex);
+        std::lock_guard<std::mutex> lock(queue_mutex);
         applying = 0;
         pending_keys -= applying_keys;
         applying_keys = 0;
-        while (!taken.empty() && spares.size() < kMaxSpareItems) {
-          spares.push_back(std::move(taken.back()));
-          taken.pop_back();
+        for (Item& item : taken) {
+          const std::size_t capacity = item.batch.keys.capacity();
+          if (spares.size() < kMaxSpareItems && spare_keys + capacity <= options.queue_max_keys) {
+            spare_keys += capacity;
+            spares.push_back(std::move(item));
+          }
         }
-        taken.clear();
         not_full.notify_one();
+      }
+      taken.clear();  // the items not kept: freed outside the lock
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex);
         not_empty.wait(lock,
                        [&] { return !queue.empty() || stopping.load(std::memory_order_acquire); });
         if (queue.empty()) {
@@ -436,6 +444,7 @@ struct EventMirror::Impl {
   std::condition_variable not_full;
   std::vector<Item> queue;
   std::vector<Item> spares;       // applied items, reused by the receiver
+  std::size_t spare_keys = 0;     // the spares' key capacity
   std::size_t applying = 0;       // messages taken from the queue, not yet applied
   std::size_t pending_keys = 0;   // block hashes in the queue and in the applier's hands
   std::size_t applying_keys = 0;  // of which in the applier's hands

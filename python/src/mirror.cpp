@@ -131,7 +131,7 @@ void bind_mirror(nb::module_& m) {
              const std::string& device, const std::string& format, std::vector<std::string> replay,
              std::int64_t ns, const std::string& topic, std::size_t queue_capacity,
              std::size_t queue_max_keys, int replay_timeout_ms,
-             std::vector<std::tuple<int, int, int, int>> ranks, const std::string& model,
+             const std::vector<std::tuple<int, int, int, int>>& ranks, const std::string& model,
              nb::handle cache_prefix) {
             if (!index_obj.is_none() && !is_block_index(index_obj)) {
               throw InvalidArgument("index must be a prefixhit.BlockIndex or None");
