@@ -145,7 +145,9 @@ emu_python() {
     tests/python/test_block_index.py::test_cuda_index_is_refused_clearly_without_a_gpu
     tests/python/test_store_remote.py::test_answers_reach_the_gpu_engine
     tests/python/test_router.py::test_gpu_scores_equal_the_cpu_scorer
-    tests/python/test_router.py::test_gpu_scoring_without_a_gpu_is_a_typed_error)
+    tests/python/test_router.py::test_gpu_scoring_without_a_gpu_is_a_typed_error
+    tests/python/test_mirror.py::test_device_choice_and_typed_errors
+    tests/python/test_mirror.py::test_cuda_index_mirrors_like_the_cpu_index)
   export PYTHONPATH=$PWD/build/emu/python/package
   "$py" -c 'import prefixhit, sys; info = prefixhit.build_info(); print(prefixhit.__file__, info)
 sys.exit(not (prefixhit.__file__.startswith(sys.argv[1]) and "cuemu" in info["device"]))' \

@@ -5,6 +5,7 @@ if(PREFIXHIT_HAS_MIRROR)
   add_executable(prefixhit_mirror_tests ${CMAKE_CURRENT_SOURCE_DIR}/mirror/event_mirror_test.cpp
                  ${CMAKE_CURRENT_SOURCE_DIR}/mirror/router_mirror_test.cpp
                  ${CMAKE_CURRENT_SOURCE_DIR}/mirror/batching_test.cpp
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mirror/pipeline_test.cpp
                  ${CMAKE_CURRENT_SOURCE_DIR}/mirror/cli_backend_test.cpp)
   target_link_libraries(prefixhit_mirror_tests PRIVATE prefixhit GTest::gtest_main
                         ${PREFIXHIT_ZMQ_LIBRARY})

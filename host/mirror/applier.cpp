@@ -1,10 +1,10 @@
-// EventApplier: decoded events -> holder counts -> the sink, in order. A message's run of
-// stored/removed events (up to a clear) reaches the sink as one erase and one insert of the
-// keys whose presence differs before and after the run (erase first); if the sink refuses that, the
-// run is undone and replayed event by event, which is also how a sink that may refuse for capacity
-// is always fed (so that exactly the refused events are skipped). An event whose sink call throws
-// is undone in the counts, so the counts and the index never disagree; a bad payload or event
-// never reaches the counts at all.
+// BatchApplier: decoded events -> holder counts -> the sink, in order; EventApplier is a
+// Decoder in front of one. A message's run of stored/removed events (up to a clear) reaches the
+// sink as one erase and one insert of the keys whose presence differs before and after the run
+// (erase first); if the sink refuses that, the run is undone and replayed event by event, which
+// is also how a sink that may refuse for capacity is always fed (so that exactly the refused
+// events are skipped). An event whose sink call throws is undone in the counts, so the counts
+// and the index never disagree; a bad payload or event never reaches the counts at all.
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "host/mirror/batch_applier.hpp"
 #include "host/mirror/decode.hpp"
 #include "host/mirror/key_counts.hpp"
 #include "prefixhit/errors.hpp"
@@ -19,9 +20,11 @@
 
 namespace prefixhit {
 
-struct EventApplier::Impl {
+namespace mirror {
+
+struct BatchApplier::Impl {
   Impl(MirrorSink& s, const EventMirrorOptions& o)
-      : sink(s), options(o), decoder(o), counts(std::random_device{}()) {
+      : sink(s), options(o), counts(std::random_device{}()) {
     expected_ranks = static_cast<std::uint16_t>(o.ranks.empty() ? 1 : o.ranks.size());
     if (o.format == EventFormat::vllm) {
       expected_ranks = 1;
@@ -31,15 +34,16 @@ struct EventApplier::Impl {
   bool present(std::size_t i) { return counts.at(i).ranks_present == expected_ranks; }
 
   void apply_stored(const mirror::DecodedEvent& ev) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     const mirror::Holder holder{ev.rank, ev.medium};
     counts.reserve(ev.num_keys);
     touched.clear();
     changed.clear();
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      counts.prefetch(batch.keys[ev.first_key + k]);
+      counts.prefetch(keys[ev.first_key + k]);
     }
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      const EventKey& key = batch.keys[ev.first_key + k];
+      const EventKey& key = keys[ev.first_key + k];
       const std::size_t i = counts.find_or_add(key);
       const bool was = present(i);
       counts.add(i, holder, +1);
@@ -65,14 +69,15 @@ struct EventApplier::Impl {
   }
 
   void apply_removed(const mirror::DecodedEvent& ev) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     const mirror::Holder holder{ev.rank, ev.medium};
     touched.clear();
     changed.clear();
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      counts.prefetch(batch.keys[ev.first_key + k]);
+      counts.prefetch(keys[ev.first_key + k]);
     }
     for (std::uint32_t k = 0; k < ev.num_keys; ++k) {
-      const EventKey& key = batch.keys[ev.first_key + k];
+      const EventKey& key = keys[ev.first_key + k];
       const std::size_t i = counts.find(key);
       if (i == SIZE_MAX) {
         continue;  // never stored here (or stored before this mirror joined): nothing to undo
@@ -116,6 +121,7 @@ struct EventApplier::Impl {
   /// insert. False when the sink refused: then nothing of the run is applied (counts undone,
   /// index as before) and the caller applies it event by event.
   bool apply_run(const mirror::DecodedEvent* begin, const mirror::DecodedEvent* end) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     if (begin == end) {
       return true;
     }
@@ -138,7 +144,7 @@ struct EventApplier::Impl {
     hashes.resize(last - first);
     applied.resize(last - first);
     auto ahead = [&](std::size_t j) {
-      hashes[j - first] = counts.hash_of(batch.keys[j]);
+      hashes[j - first] = counts.hash_of(keys[j]);
       counts.prefetch(hashes[j - first]);
     };
     for (std::size_t j = first; j < std::min(last, first + kAhead); ++j) {
@@ -151,7 +157,7 @@ struct EventApplier::Impl {
         if (j + kAhead < last) {
           ahead(j + kAhead);
         }
-        const EventKey& key = batch.keys[j];
+        const EventKey& key = keys[j];
         const std::uint64_t h = hashes[j - first];
         const std::size_t i =
             stored ? counts.find_or_add_hashed(key, h) : counts.find_hashed(key, h);
@@ -221,6 +227,7 @@ struct EventApplier::Impl {
 
   /// Undoes the holder changes of a run, last first.
   void undo_run(const mirror::DecodedEvent* begin, const mirror::DecodedEvent* end) {
+    const EventKey* const keys = batch->keys.data();  // a local: never reloaded
     const std::size_t first = begin->first_key;
     for (const mirror::DecodedEvent* ev = end; ev != begin;) {
       --ev;
@@ -228,7 +235,7 @@ struct EventApplier::Impl {
       const int delta = ev->type == mirror::EventType::stored ? -1 : +1;
       for (std::size_t j = ev->first_key + ev->num_keys; j-- > ev->first_key;) {
         if (applied[j - first] != 0) {
-          counts.add(counts.find_hashed(batch.keys[j], hashes[j - first]), holder, delta);
+          counts.add(counts.find_hashed(keys[j], hashes[j - first]), holder, delta);
         }
       }
     }
@@ -249,7 +256,7 @@ struct EventApplier::Impl {
   }
 
   void apply_events() {
-    const std::vector<mirror::DecodedEvent>& events = batch.events;
+    const std::vector<mirror::DecodedEvent>& events = batch->events;
     const bool batched = !sink.may_refuse();
     std::size_t run = 0;  // start of the current run of stored/removed events
     for (std::size_t e = 0; e <= events.size(); ++e) {
@@ -292,9 +299,8 @@ struct EventApplier::Impl {
 
   MirrorSink& sink;
   EventMirrorOptions options;
-  mirror::Decoder decoder;
   mirror::KeyCounts counts;
-  mirror::DecodedBatch batch;
+  const mirror::DecodedBatch* batch = nullptr;  // the message being applied
   std::uint16_t expected_ranks = 1;
   std::uint64_t present_keys = 0;
   std::vector<std::size_t> touched;
@@ -307,13 +313,63 @@ struct EventApplier::Impl {
   EventMirrorStats stats;
 };
 
-EventApplier::EventApplier(MirrorSink& sink, const EventMirrorOptions& options)
+BatchApplier::BatchApplier(MirrorSink& sink, const EventMirrorOptions& options)
     : impl_(std::make_unique<Impl>(sink, options)) {
   if (options.ranks.size() > 64) {
     throw InvalidArgument("EventMirror: " + std::to_string(options.ranks.size()) +
                           " rank namespaces (at most 64)");
   }
 }
+
+BatchApplier::~BatchApplier() = default;
+
+void BatchApplier::apply(const DecodedBatch& batch) {
+  Impl& m = *impl_;
+  m.stats.malformed_events += batch.malformed_events;
+  m.stats.foreign_keys += batch.foreign_keys;
+  if (!batch.last_error.empty()) {
+    m.stats.last_error = batch.last_error;
+  }
+  m.batch = &batch;
+  m.apply_events();
+  m.batch = nullptr;
+  ++m.stats.messages;
+  if (batch.has_ts) {
+    const double now_ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+    m.stats.lag_ms = now_ms - batch.ts_ms;
+    m.stats.max_lag_ms = std::max(m.stats.max_lag_ms, m.stats.lag_ms);
+  }
+  m.stats.keys = m.present_keys;
+}
+
+void BatchApplier::malformed_message(const std::string& why) {
+  ++impl_->stats.malformed_messages;
+  impl_->stats.last_error = why;
+}
+
+void BatchApplier::clear() {
+  impl_->clear_all();
+  impl_->stats.keys = 0;
+}
+
+EventMirrorStats& BatchApplier::stats() noexcept {
+  return impl_->stats;
+}
+
+}  // namespace mirror
+
+struct EventApplier::Impl {
+  Impl(MirrorSink& sink, const EventMirrorOptions& options)
+      : decoder(options), applier(sink, options) {}
+  mirror::Decoder decoder;
+  mirror::DecodedBatch batch;
+  mirror::BatchApplier applier;
+};
+
+EventApplier::EventApplier(MirrorSink& sink, const EventMirrorOptions& options)
+    : impl_(std::make_unique<Impl>(sink, options)) {}
 
 EventApplier::~EventApplier() = default;
 
@@ -322,38 +378,22 @@ void EventApplier::apply_payload(const std::uint8_t* data, std::size_t size) {
   try {
     m.decoder.decode(data, size, m.batch);
   } catch (const std::exception& e) {
-    ++m.stats.malformed_messages;
-    m.stats.last_error = e.what();
+    m.applier.malformed_message(e.what());
     return;
   }
-  m.stats.malformed_events += m.batch.malformed_events;
-  m.stats.foreign_keys += m.batch.foreign_keys;
-  if (!m.batch.last_error.empty()) {
-    m.stats.last_error = m.batch.last_error;
-  }
-  m.apply_events();
-  ++m.stats.messages;
-  if (m.batch.has_ts) {
-    const double now_ms = std::chrono::duration<double, std::milli>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-    m.stats.lag_ms = now_ms - m.batch.ts_ms;
-    m.stats.max_lag_ms = std::max(m.stats.max_lag_ms, m.stats.lag_ms);
-  }
-  m.stats.keys = m.present_keys;
+  m.applier.apply(m.batch);
 }
 
 void EventApplier::clear() {
-  impl_->clear_all();
-  impl_->stats.keys = 0;
+  impl_->applier.clear();
 }
 
 const EventMirrorStats& EventApplier::stats() const noexcept {
-  return impl_->stats;
+  return impl_->applier.stats();
 }
 
 EventMirrorStats& EventApplier::mutable_stats() noexcept {
-  return impl_->stats;
+  return impl_->applier.stats();
 }
 
 }  // namespace prefixhit

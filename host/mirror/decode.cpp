@@ -5,7 +5,10 @@
 #include <msgpack.hpp>
 
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "prefixhit/errors.hpp"
 
@@ -191,24 +194,41 @@ VllmFields vllm_fields(const msgpack::object& ev) {
 
 }  // namespace
 
-Decoder::Decoder(const EventMirrorOptions& options) : options_(options) {
-  if (options_.ranks.empty()) {
-    options_.ranks.push_back(RankNamespace{});
-  }
-  media_.emplace_back("");  // id 0: no medium given
-}
-
-std::uint16_t Decoder::intern_medium(std::string_view name) {
-  for (std::size_t i = 0; i < media_.size(); ++i) {
-    if (media_[i] == name) {
+std::uint16_t MediumTable::intern(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == name) {
       return static_cast<std::uint16_t>(i);
     }
   }
-  if (media_.size() >= 256) {
-    bad("more than 256 distinct media");
+  if (names_.size() >= 256) {
+    throw FormatError("more than 256 distinct media");
   }
-  media_.emplace_back(name);
-  return static_cast<std::uint16_t>(media_.size() - 1);
+  names_.emplace_back(name);
+  return static_cast<std::uint16_t>(names_.size() - 1);
+}
+
+Decoder::Decoder(const EventMirrorOptions& options, std::shared_ptr<MediumTable> media)
+    : options_(options), media_(media ? std::move(media) : std::make_shared<MediumTable>()) {
+  if (options_.ranks.empty()) {
+    options_.ranks.push_back(RankNamespace{});
+  }
+}
+
+std::uint16_t Decoder::intern_medium(std::string_view name) {
+  for (const auto& [known, id] : known_media_) {
+    if (known == name) {
+      return id;
+    }
+  }
+  std::uint16_t id = 0;
+  try {
+    id = media_->intern(name);
+  } catch (const FormatError& e) {
+    bad(e.what());
+  }
+  known_media_.emplace_back(std::string(name), id);
+  return id;
 }
 
 void Decoder::decode(const std::uint8_t* data, std::size_t size, DecodedBatch& out) {

@@ -1,8 +1,14 @@
-// EventMirror: a receiving thread (SUB sockets -> bounded queue) and an applying thread
-// (queue -> sequence checks, replay on gaps -> EventApplier). ZeroMQ sockets stay on the
-// thread that uses them; the only shared state is the queue and the stats, each under a mutex.
+// EventMirror: a receiving thread (SUB sockets -> msgpack decoding -> bounded queue of decoded
+// messages) and an applying thread (queue -> sequence checks, replay on gaps -> BatchApplier),
+// so that decoding one message overlaps applying the previous ones. ZeroMQ sockets stay on the
+// thread that uses them; the only shared state is the queue and the stats, each under a mutex,
+// and the medium names (MediumTable, its own lock).
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -10,7 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -19,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "host/mirror/batch_applier.hpp"
+#include "host/mirror/decode.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/event_mirror.hpp"
 
@@ -45,33 +53,51 @@ void write_be64(std::uint64_t v, std::uint8_t* out) {
   }
 }
 
-/// One received message, parsed as far as the frames go.
+/// Spare queue items kept for reuse (each keeps its decoded vectors' capacity), so that a
+/// steady stream allocates nothing per message; at most this many, holding at most
+/// queue_max_keys keys of capacity in all (a burst of huge messages is not kept around).
+constexpr std::size_t kMaxSpareItems = 128;
+
+/// One received message, decoded on the receiving thread.
 struct Item {
   std::size_t endpoint = 0;
-  bool ok = false;
+  bool ok = false;       // the frames are well formed (seq is valid)
+  bool decoded = false;  // the payload decoded into batch
   std::uint64_t seq = 0;
-  zmq::message_t payload;  // the payload frame itself (no copy)
-  std::string error;       // when !ok, why the frames are bad
+  std::string error;  // when !ok or !decoded, why
+  mirror::DecodedBatch batch;
 };
 
-/// [topic, seq, payload] or, from older publishers, [seq, payload].
-Item parse_frames(std::vector<zmq::message_t>& frames, std::size_t endpoint) {
-  Item item;
+/// [topic, seq, payload] or, from older publishers, [seq, payload]: fills `item` (reused) and
+/// decodes the payload frame where ZeroMQ received it.
+void parse_message(std::vector<zmq::message_t>& frames, std::size_t endpoint,
+                   mirror::Decoder& decoder, Item& item) {
   item.endpoint = endpoint;
+  item.ok = false;
+  item.decoded = false;
+  item.seq = 0;
+  item.error.clear();
+  item.batch.reset();
   if (frames.size() != 2 && frames.size() != 3) {
     item.error =
         "message has " + std::to_string(frames.size()) + " frames (expected [topic, seq, payload])";
-    return item;
+    return;
   }
   const zmq::message_t& seq = frames[frames.size() - 2];
   if (seq.size() != 8) {
     item.error = "sequence frame has " + std::to_string(seq.size()) + " bytes (expected 8)";
-    return item;
+    return;
   }
   item.ok = true;
   item.seq = read_be64(seq.data());
-  item.payload = std::move(frames.back());
-  return item;
+  const zmq::message_t& payload = frames.back();
+  try {
+    decoder.decode(static_cast<const std::uint8_t*>(payload.data()), payload.size(), item.batch);
+    item.decoded = true;
+  } catch (const std::exception& e) {
+    item.error = e.what();  // counted as a malformed message when its turn comes
+    item.batch.reset();
+  }
 }
 
 }  // namespace
@@ -82,7 +108,12 @@ bool mirror_available() noexcept {
 
 struct EventMirror::Impl {
   Impl(MirrorSink& s, EventMirrorOptions o)
-      : options(std::move(o)), applier(s, options), sink(&s) {}
+      : options(std::move(o)),
+        applier(s, options),
+        media(std::make_shared<mirror::MediumTable>()),
+        live_decoder(options, media),
+        replay_decoder(options, media),
+        sink(&s) {}
 
   struct Stream {
     bool has_seq = false;
@@ -95,6 +126,7 @@ struct EventMirror::Impl {
       items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
     }
     std::vector<zmq::message_t> frames;
+    Item next;
     while (!stopping.load(std::memory_order_acquire)) {
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
@@ -119,44 +151,75 @@ struct EventMirror::Impl {
             break;
           }
           try {
-            push(parse_frames(frames, e));
+            parse_message(frames, e, live_decoder, next);
+            push(next);
           } catch (const std::bad_alloc&) {
-            // No memory for the copy: the message is lost; the sequence gap will show it.
+            // No memory for the message: it is lost; the sequence gap will show it.
           }
         }
       }
     }
   }
 
-  /// Messages queued plus those the applier has taken but not finished: the bounded amount.
+  /// Messages queued plus those the applier has taken but not finished: the bounded amount
+  /// (and the block hashes they hold).
   std::size_t pending_locked() const { return queue.size() + applying; }
+  bool has_room_locked(std::size_t keys) const {
+    const std::size_t pending = pending_locked();
+    // A message larger than the whole key bound still goes through, alone.
+    return pending == 0 ||
+           (pending < options.queue_capacity && pending_keys + keys <= options.queue_max_keys);
+  }
 
-  void push(Item item) {
+  /// Moves `item` into the queue (waiting for room: backpressure) and refills it with a spare.
+  void push(Item& item) {
+    const std::size_t keys = item.batch.keys.size();
     std::unique_lock<std::mutex> lock(queue_mutex);
-    if (pending_locked() >= options.queue_capacity) {
+    if (!has_room_locked(keys)) {
       {
         std::lock_guard<std::mutex> s(state_mutex);
-        ++applier.mutable_stats().backpressure;
+        ++applier.stats().backpressure;
       }
-      not_full.wait(lock, [&] {
-        return pending_locked() < options.queue_capacity ||
-               stopping.load(std::memory_order_acquire);
-      });
+      receiver_waiting.store(true, std::memory_order_relaxed);
+      not_full.wait(
+          lock, [&] { return has_room_locked(keys) || stopping.load(std::memory_order_acquire); });
+      receiver_waiting.store(false, std::memory_order_relaxed);
     }
     const bool was_empty = queue.empty();
     queue.push_back(std::move(item));
+    pending_keys += keys;
+    if (spares.empty()) {
+      item = Item{};
+    } else {
+      item = std::move(spares.back());
+      spares.pop_back();
+      spare_keys -= item.batch.keys.capacity();
+    }
     if (was_empty) {  // the applier only sleeps on an empty queue
       not_empty.notify_one();
     }
   }
 
   void apply_loop() {
-    std::deque<Item> taken;
+    std::vector<Item> taken;
     while (true) {
       {
-        std::unique_lock<std::mutex> lock(queue_mutex);
+        std::lock_guard<std::mutex> lock(queue_mutex);
         applying = 0;
+        pending_keys -= applying_keys;
+        applying_keys = 0;
+        for (Item& item : taken) {
+          const std::size_t capacity = item.batch.keys.capacity();
+          if (spares.size() < kMaxSpareItems && spare_keys + capacity <= options.queue_max_keys) {
+            spare_keys += capacity;
+            spares.push_back(std::move(item));
+          }
+        }
         not_full.notify_one();
+      }
+      taken.clear();  // the items not kept: freed outside the lock
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex);
         not_empty.wait(lock,
                        [&] { return !queue.empty() || stopping.load(std::memory_order_acquire); });
         if (queue.empty()) {
@@ -165,7 +228,10 @@ struct EventMirror::Impl {
         // Take the whole queue: one lock and one wake-up per drain rather than per message.
         taken.swap(queue);
         applying = taken.size();
+        applying_keys = pending_keys;
       }
+      std::size_t done = 0;  // applied, still counted in the bound
+      std::size_t done_keys = 0;
       for (const Item& item : taken) {
         try {
           handle(item);
@@ -173,11 +239,25 @@ struct EventMirror::Impl {
           // Only an allocation failure gets here (bad input is handled inside): skip the
           // message rather than end the thread.
           std::lock_guard<std::mutex> lock(state_mutex);
-          ++applier.mutable_stats().failed_events;
-          applier.mutable_stats().last_error = std::string("message skipped: ") + e.what();
+          ++applier.stats().failed_events;
+          applier.stats().last_error = std::string("message skipped: ") + e.what();
+        }
+        ++done;
+        done_keys += item.batch.keys.size();
+        // A receiver waiting for room gets it as the drain goes, an eighth of the bound at a
+        // time, rather than after the whole drain: else a full queue empties completely before
+        // it refills, and the two threads take turns instead of overlapping.
+        if (receiver_waiting.load(std::memory_order_relaxed) &&
+            (done * 8 >= options.queue_capacity || done_keys * 8 >= options.queue_max_keys)) {
+          std::lock_guard<std::mutex> lock(queue_mutex);
+          applying -= done;
+          applying_keys -= done_keys;
+          pending_keys -= done_keys;
+          done = 0;
+          done_keys = 0;
+          not_full.notify_one();
         }
       }
-      taken.clear();
     }
   }
 
@@ -185,8 +265,7 @@ struct EventMirror::Impl {
   void handle(const Item& item) {
     if (!item.ok) {
       std::lock_guard<std::mutex> lock(state_mutex);
-      ++applier.mutable_stats().malformed_messages;
-      applier.mutable_stats().last_error = item.error;
+      applier.malformed_message(item.error);
       return;
     }
     Stream& stream = streams[item.endpoint];
@@ -200,27 +279,34 @@ struct EventMirror::Impl {
                       ")");
       } else {
         std::lock_guard<std::mutex> lock(state_mutex);
-        ++applier.mutable_stats().duplicates;
+        ++applier.stats().duplicates;
         return;
       }
     } else if (item.seq > expected) {
       recover_gap(item.endpoint, expected, item.seq);
       if (stream.has_seq && item.seq <= stream.last_seq) {
         std::lock_guard<std::mutex> lock(state_mutex);
-        ++applier.mutable_stats().duplicates;  // the replay already covered it
+        ++applier.stats().duplicates;  // the replay already covered it
         return;
       }
     }
-    apply(item.endpoint, item.seq, item.payload);
+    apply(item.endpoint, item.seq, item.decoded ? &item.batch : nullptr, item.error);
   }
 
-  void apply(std::size_t endpoint, std::uint64_t seq, const zmq::message_t& payload) {
+  /// Applies a decoded message, or counts one whose payload did not decode (`batch` null,
+  /// `error` why); either way the stream has reached `seq`.
+  void apply(std::size_t endpoint, std::uint64_t seq, const mirror::DecodedBatch* batch,
+             const std::string& error) {
     std::lock_guard<std::mutex> lock(state_mutex);
-    applier.apply_payload(static_cast<const std::uint8_t*>(payload.data()), payload.size());
+    if (batch != nullptr) {
+      applier.apply(*batch);
+    } else {
+      applier.malformed_message(error);
+    }
     Stream& stream = streams[endpoint];
     stream.has_seq = true;
     stream.last_seq = seq;
-    EventMirrorStats& st = applier.mutable_stats();
+    EventMirrorStats& st = applier.stats();
     st.has_seq = true;
     st.last_seq = std::max(st.last_seq, seq);
     applied.notify_all();
@@ -230,17 +316,17 @@ struct EventMirror::Impl {
     try {
       applier.clear();
     } catch (const std::exception& e) {
-      applier.mutable_stats().last_error = std::string("clear failed: ") + e.what();
+      applier.stats().last_error = std::string("clear failed: ") + e.what();
     }
-    ++applier.mutable_stats().resyncs;
-    applier.mutable_stats().last_error = "resync: " + why;
+    ++applier.stats().resyncs;
+    applier.stats().last_error = "resync: " + why;
   }
 
   /// Messages [expected, seen) are missing on `endpoint`: ask its replay socket for them.
   void recover_gap(std::size_t endpoint, std::uint64_t expected, std::uint64_t seen) {
     {
       std::lock_guard<std::mutex> lock(state_mutex);
-      ++applier.mutable_stats().gaps;
+      ++applier.stats().gaps;
     }
     const std::string& replay =
         endpoint < options.replay_endpoints.size() ? options.replay_endpoints[endpoint] : empty;
@@ -251,7 +337,7 @@ struct EventMirror::Impl {
       return;
     }
     std::lock_guard<std::mutex> lock(state_mutex);
-    applier.mutable_stats().missed_messages += seen - expected;
+    applier.stats().missed_messages += seen - expected;
     resync_locked("messages " + std::to_string(expected) + ".." + std::to_string(seen - 1) +
                   " lost (" + why + ")");
   }
@@ -262,7 +348,7 @@ struct EventMirror::Impl {
                    std::string& why) {
     {
       std::lock_guard<std::mutex> lock(state_mutex);
-      ++applier.mutable_stats().replays;
+      ++applier.stats().replays;
     }
     bool filled = false;
     bool first = true;
@@ -307,7 +393,7 @@ struct EventMirror::Impl {
             why = "the publisher no longer holds message " + std::to_string(start) +
                   " (replay starts at " + std::to_string(seq) + ")";
             std::lock_guard<std::mutex> lock(state_mutex);
-            applier.mutable_stats().missed_messages += seq - start;
+            applier.stats().missed_messages += seq - start;
             resync_locked(why);
           }
         }
@@ -315,9 +401,19 @@ struct EventMirror::Impl {
         if (stream.has_seq && seq <= stream.last_seq) {
           continue;
         }
-        apply(endpoint, seq, frames.back());
+        const zmq::message_t& payload = frames.back();
+        bool decoded = true;
+        std::string error;
+        try {
+          replay_decoder.decode(static_cast<const std::uint8_t*>(payload.data()), payload.size(),
+                                replay_batch);
+        } catch (const std::exception& e) {
+          decoded = false;
+          error = e.what();
+        }
+        apply(endpoint, seq, decoded ? &replay_batch : nullptr, error);
         std::lock_guard<std::mutex> lock(state_mutex);
-        ++applier.mutable_stats().replayed_messages;
+        ++applier.stats().replayed_messages;
       }
     } catch (const zmq::error_t& e) {
       why = std::string("replay failed: ") + e.what();
@@ -332,7 +428,11 @@ struct EventMirror::Impl {
   }
 
   EventMirrorOptions options;
-  EventApplier applier;
+  mirror::BatchApplier applier;
+  std::shared_ptr<mirror::MediumTable> media;
+  mirror::Decoder live_decoder;    // the receiving thread's
+  mirror::Decoder replay_decoder;  // the applying thread's, for replayed messages
+  mirror::DecodedBatch replay_batch;
   MirrorSink* sink;
   zmq::context_t context{1};
   std::vector<zmq::socket_t> subs;
@@ -342,8 +442,13 @@ struct EventMirror::Impl {
   std::mutex queue_mutex;
   std::condition_variable not_empty;
   std::condition_variable not_full;
-  std::deque<Item> queue;
-  std::size_t applying = 0;  // messages taken from the queue, not yet applied
+  std::vector<Item> queue;
+  std::vector<Item> spares;       // applied items, reused by the receiver
+  std::size_t spare_keys = 0;     // the spares' key capacity
+  std::size_t applying = 0;       // messages taken from the queue, not yet applied
+  std::size_t pending_keys = 0;   // block hashes in the queue and in the applier's hands
+  std::size_t applying_keys = 0;  // of which in the applier's hands
+  std::atomic<bool> receiver_waiting{false};  // the receiver waits for room (not_full)
 
   mutable std::mutex state_mutex;  // the applier and its stats
   mutable std::condition_variable applied;
@@ -364,6 +469,9 @@ EventMirror::EventMirror(MirrorSink& sink, EventMirrorOptions options) {
   }
   if (options.queue_capacity == 0) {
     throw InvalidArgument("EventMirror: queue_capacity must be at least 1");
+  }
+  if (options.queue_max_keys == 0) {
+    throw InvalidArgument("EventMirror: queue_max_keys must be at least 1");
   }
   if (options.replay_timeout_ms <= 0) {
     throw InvalidArgument("EventMirror: replay_timeout_ms must be positive");
@@ -401,6 +509,11 @@ EventMirror::EventMirror(MirrorSink& sink, EventMirrorOptions options) {
   }
   m.worker = std::thread([&m] { m.apply_loop(); });
   m.receiver = std::thread([&m] { m.receive_loop(); });
+#if defined(__linux__)
+  // Named for top -H, perf and the ingestion benchmark's per-thread CPU times.
+  pthread_setname_np(m.worker.native_handle(), "prefixhit-apply");
+  pthread_setname_np(m.receiver.native_handle(), "prefixhit-recv");
+#endif
 }
 
 EventMirror::~EventMirror() {

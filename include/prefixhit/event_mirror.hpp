@@ -149,9 +149,13 @@ struct EventMirrorOptions {
   std::vector<std::string> replay_endpoints;
   std::string topic;  ///< subscription prefix ("" = every topic)
   Namespace ns = 0;   ///< index namespace the keys go to
-  /// Messages buffered between the receiving thread and the applying thread. When full, the
-  /// receiver waits (counted as backpressure) and ZeroMQ's own bounded queue absorbs the rest.
+  /// Messages buffered between the receiving thread (which decodes them) and the applying
+  /// thread. When full, the receiver waits (counted as backpressure) and ZeroMQ's own bounded
+  /// queue absorbs the rest.
   std::size_t queue_capacity = 4096;
+  /// Block hashes those buffered messages may hold, decoded (40 bytes each): the receiver also
+  /// waits past this many, unless the queue is empty (a larger message goes through alone).
+  std::size_t queue_max_keys = std::size_t{1} << 20;
   int replay_timeout_ms = 1000;  ///< wait this long for each replayed message
   /// Mooncake only: the rank namespaces every key must be in to count as present (vLLM's
   /// all-namespaces rule), the same for every group. Empty: the single namespace (0, 0, 0, 0).
@@ -220,8 +224,8 @@ class EventApplier {
 };
 
 /// Subscribes to options.endpoints and applies every event, in sequence order per endpoint, to
-/// `sink` on its own threads (one receives, one applies). Sequence gaps (including a late
-/// join) are filled from the endpoint's replay socket; when that is impossible the mirror
+/// `sink` on its own threads (one receives and decodes, one applies). Sequence gaps (including a
+/// late join) are filled from the endpoint's replay socket; when that is impossible the mirror
 /// erases its keys, resyncs from the live stream and counts a resync. Bad messages and events
 /// are counted and skipped, never fatal. Lookups on the sink's index may run concurrently.
 class EventMirror {

@@ -494,19 +494,32 @@ class EventMirror:
 
     def __init__(
         self,
-        index: BlockIndex,
+        index: BlockIndex | None,
         endpoints: Sequence[str],
         *,
+        device: str = "auto",
         format: str = "vllm",
         replay: Sequence[str] = [],
         namespace: int = 0,
         topic: str = "",
         queue_capacity: int = 4096,
+        queue_max_keys: int = 1048576,
         replay_timeout_ms: int = 1000,
         ranks: Sequence[tuple[int, int, int, int]] = [],
         model: str = "",
         cache_prefix: str | None = None,
     ) -> None: ...
+    @property
+    def index(self) -> BlockIndex:
+        """The BlockIndex this mirror keeps in sync (the one given, or the one it made)."""
+
+    @property
+    def device(self) -> str:
+        """'cpu' or 'cuda': where the mirrored index lives."""
+
+    def lock(self) -> EventMirrorLock:
+        """Holds the mirror's writes off a 'cuda' index while entered (`with mirror.lock(): ...`), for lookups on it; a no-op for 'cpu'. stats() and stop() cannot be called inside it."""
+
     def stats(self) -> dict[str, object]:
         """Counters: messages, events_stored/removed/cleared, gaps, replays, resyncs, malformed_messages/events, lag_ms, keys, last_seq, ..."""
 
@@ -519,6 +532,12 @@ class EventMirror:
     @property
     def running(self) -> bool: ...
     def __enter__(self) -> EventMirror: ...
+    def __exit__(self, exc_type: object | None, exc: object | None, tb: object | None) -> None: ...
+
+class EventMirrorLock:
+    """What EventMirror.lock() returns: `with mirror.lock(): ...`."""
+
+    def __enter__(self) -> EventMirrorLock: ...
     def __exit__(self, exc_type: object | None, exc: object | None, tb: object | None) -> None: ...
 
 def mirror_available() -> bool:

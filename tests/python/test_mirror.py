@@ -12,9 +12,12 @@ import struct
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import prefixhit
+
+from conftest import gpu_available, requires_gpu
 
 zmq = pytest.importorskip("zmq")
 msgpack = pytest.importorskip("msgpack")
@@ -384,3 +387,88 @@ def test_bad_arguments_raise_typed_errors():
         prefixhit.EventMirror(object(), ["tcp://127.0.0.1:1"])
     with pytest.raises(prefixhit.InvalidArgumentError):
         prefixhit.EventMirror(index, ["tcp://127.0.0.1:1"], namespace=-1)
+
+
+def test_device_choice_and_typed_errors(publisher):
+    pub = publisher()
+    with prefixhit.EventMirror(None, [pub.endpoint], device="cpu") as mirror:
+        assert mirror.device == "cpu" and mirror.index.device == "cpu"
+    with prefixhit.EventMirror(None, [pub.endpoint]) as mirror:  # device="auto"
+        assert mirror.device == ("cuda" if gpu_available() else "cpu")
+        assert mirror.index.device == mirror.device
+    index = prefixhit.BlockIndex()
+    with prefixhit.EventMirror(index, [pub.endpoint]) as mirror:
+        assert mirror.device == "cpu" and mirror.index is index
+        with mirror.lock():
+            with pytest.raises(prefixhit.InvalidArgumentError, match="inside"):
+                mirror.stats()
+            with pytest.raises(prefixhit.InvalidArgumentError, match="inside"):
+                mirror.stop()
+        assert mirror.running
+        assert mirror.stats()["messages"] == 0
+    with pytest.raises(prefixhit.InvalidArgumentError, match="'cpu' BlockIndex"):
+        prefixhit.EventMirror(index, [pub.endpoint], device="cuda")
+    with pytest.raises(prefixhit.InvalidArgumentError, match="device must be"):
+        prefixhit.EventMirror(None, [pub.endpoint], device="gpu")
+    with pytest.raises(prefixhit.InvalidArgumentError):
+        prefixhit.EventMirror(None, [])
+    if not gpu_available():
+        with pytest.raises(prefixhit.BackendUnavailableError):
+            prefixhit.EventMirror(None, [pub.endpoint], device="cuda")
+
+
+@requires_gpu
+def test_cuda_index_mirrors_like_the_cpu_index(publisher, seed):
+    """One stream into a 'cpu' and a 'cuda' mirror: lookups through the GPU engine on the device
+    index (under mirror.lock(), while events keep arriving) equal the CPU index's and a plain
+    set's."""
+    rng = random.Random(seed)
+    coord = prefixhit.Coordinator([{"kind": "full_attention", "block_size": 16},
+                                   {"kind": "sliding_window", "block_size": 16,
+                                    "sliding_window": 32}],
+                                  scheduler_block_size=16, hash_block_size=16)
+    prompts = [[rng.randbytes(32) for _ in range(12)] for _ in range(6)]
+    digests = np.frombuffer(b"".join(b"".join(p) for p in prompts), dtype=np.uint8).reshape(-1, 32)
+    offsets = np.arange(0, 12 * (len(prompts) + 1), 12, dtype=np.int64)
+    max_lengths = np.full(len(prompts), 16 * 12 - 1, dtype=np.int64)
+    pub = publisher()
+    on_cpu = connect(prefixhit.BlockIndex("cpu"), pub)
+    on_gpu = connect(None, pub, device="cuda")
+    assert on_gpu.device == "cuda" and on_gpu.index.device == "cuda"
+    counts: dict[tuple[int, bytes, str], int] = {}
+    with on_cpu, on_gpu:
+        for step in range(60):
+            events = []
+            for _ in range(rng.randint(1, 4)):
+                prompt = rng.choice(prompts)
+                lo = rng.randrange(len(prompt))
+                hashes = prompt[lo:lo + rng.randint(1, 6)]
+                group = rng.randrange(2)
+                medium = rng.choice(["GPU", "CPU"])
+                if rng.random() < 0.65:
+                    events.append(stored(hashes, group, medium, rng.random() < 0.5))
+                    for h in hashes:
+                        counts[(group, h, medium)] = counts.get((group, h, medium), 0) + 1
+                else:
+                    events.append(removed(hashes, group, medium, rng.random() < 0.5))
+                    for h in hashes:
+                        counts[(group, h, medium)] = max(0, counts.get((group, h, medium), 0) - 1)
+            seq = pub.publish(batch(*events))
+            if step % 10 == 5:  # a lookup while the mirror may still be writing
+                with on_gpu.lock():
+                    coord.find_longest_cache_hits(digests, offsets, max_lengths, on_gpu.index)
+            if step % 10 != 9:
+                continue
+            assert on_cpu.wait_for_seq(seq, 5) and on_gpu.wait_for_seq(seq, 5), f"seed {seed}"
+            plain = {(g, h) for (g, h, _), c in counts.items() if c > 0}
+            want = coord.find_longest_cache_hits(digests, offsets, max_lengths, plain)
+            got_cpu = coord.find_longest_cache_hits(digests, offsets, max_lengths, on_cpu.index)
+            with on_gpu.lock():
+                got_gpu = coord.find_longest_cache_hits(digests, offsets, max_lengths,
+                                                        on_gpu.index)
+                assert len(on_gpu.index) == len(plain), f"seed {seed} step {step}"
+            for r in range(len(prompts)):
+                assert got_cpu[r] == want[r], f"seed {seed} step {step} request {r}"
+                assert got_gpu[r] == want[r], f"seed {seed} step {step} request {r}"
+            stats = on_gpu.stats()
+            assert stats["index_keys"] == stats["keys"] == len(plain)
