@@ -255,11 +255,12 @@ int run_route_bench(const RouteBenchOptions& o) {
     const auto n8 = static_cast<double>(o.requests);
     std::printf(
         "8K, 1t, %d rounds: wall p50/p99 %.1f/%.1f  cpu p50/p99 %.1f/%.1f us; per request %.1f "
-        "classes, %.0f index reads, %.0f probes; warm (scored twice) cpu p50/p99 %.1f/%.1f us\n",
+        "classes (%.1f finder runs), %.0f index reads, %.0f probes; warm (scored twice) cpu "
+        "p50/p99 %.1f/%.1f us\n",
         o.only_8k, percentile(all.wall, 0.5), percentile(all.wall, 0.99), percentile(all.cpu, 0.5),
         percentile(all.cpu, 0.99), static_cast<double>(s.classes) / n8,
-        static_cast<double>(s.index_reads) / n8, static_cast<double>(s.probes) / n8,
-        percentile(warm.cpu, 0.5), percentile(warm.cpu, 0.99));
+        static_cast<double>(s.runs) / n8, static_cast<double>(s.index_reads) / n8,
+        static_cast<double>(s.probes) / n8, percentile(warm.cpu, 0.5), percentile(warm.cpu, 0.99));
     return 0;
   }
 

@@ -141,12 +141,19 @@ struct ClassProbe {
   }
 
   /// Pool offset of the worker set of (sg, idx), reading the index on the first ask.
+  /// Inlined: most asks hit the memo (split halves re-run over the keys their parent read).
   std::size_t memo(int sg, std::int64_t idx) const {
-    Scratch& s = *scratch;
-    std::uint64_t& tag = s.memo[entry(sg, idx)];
-    if ((tag >> 32) == s.epoch) {
+    const std::uint64_t tag = scratch->memo[entry(sg, idx)];
+    if ((tag >> 32) == scratch->epoch) {
       return static_cast<std::size_t>(tag & 0xFFFFFFFFU) * words;
     }
+    return read(sg, idx);
+  }
+
+  /// The memo miss: reads the key's worker set from the index into the pool (out of line).
+  __attribute__((noinline)) std::size_t read(int sg, std::int64_t idx) const {
+    Scratch& s = *scratch;
+    std::uint64_t& tag = s.memo[entry(sg, idx)];
     if (s.pool.size() < s.pool_used + words) {
       s.pool.resize(std::max(s.pool.size() * 2, s.pool_used + words));
     }

@@ -77,6 +77,7 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
   std::vector<ErrorKind> errors(r, ErrorKind::ok);
   std::vector<std::int64_t> bad(r, -1);
   std::atomic<std::size_t> classes{0};
+  std::atomic<std::size_t> runs{0};
   std::atomic<std::size_t> reads{0};
   std::atomic<std::size_t> probes{0};
   const int threads = detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 14);
@@ -88,6 +89,7 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
         std::vector<std::uint64_t> all(words);
         GroupHit hits[kMaxGroups];
         std::size_t local_classes = 0;
+        std::size_t local_runs = 0;
         std::size_t local_reads = 0;
         std::size_t local_probes = 0;
         for (std::size_t i = begin; i < end; ++i) {
@@ -120,6 +122,7 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
               probe.chain = chain;
               probe.split = false;
               std::int64_t hit_length = 0;
+              ++local_runs;
               const ErrorKind err = detail::find_longest_cache_hit(plan, n, batch.max_lengths[i],
                                                                    eagle, probe, hits, hit_length);
               if (probe.split) {
@@ -167,10 +170,12 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
           }
         }
         classes += local_classes;
+        runs += local_runs;
         reads += local_reads;
         probes += local_probes;
       });
   out.classes = classes.load();
+  out.runs = runs.load();
   out.index_reads = reads.load();
   out.probes = probes.load();
   const auto failed =
