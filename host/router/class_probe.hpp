@@ -54,13 +54,16 @@ struct Scratch {
 };
 
 struct ClassProbe {
-  // One key per window (window_limit), except on spec group 0's walked chain: a class splits
-  // only on keys its finder really reads (a wider window would read, and split on, keys past
-  // where the scan stops). Index reads are cache misses, so each read prefetches the keys the
-  // scan reaches next instead. The chain's known part is answered 64 blocks at a time.
+  // One key per window (window_limit) where a key must be read: a class splits only on keys
+  // its finder really reads (a wider window would read, and split on, keys past where the scan
+  // stops). Index reads are cache misses, so each read prefetches the keys the scan reaches
+  // next instead. The chain's known part is answered 64 blocks at a time, and keys already in
+  // the memo (read by this class's parent, or by another class) up to kMemoWindow at a time,
+  // up to the first the class disagrees on: a re-run after a split costs few finder refills.
   static constexpr int kFirstWindow = 64;
   static constexpr int kMaxWindow = 64;
   static constexpr int kPrefetch = 8;
+  static constexpr int kMemoWindow = 32;
 
   const detail::LookupPlan* plan;
   const Impl* index;
@@ -82,6 +85,11 @@ struct ClassProbe {
   mutable int pf_sg = -1;          ///< the scan prefetch_ahead last served, and where it is
   mutable std::int64_t pf_step = 0;
   mutable std::int64_t pf_next = 0;
+  mutable int pre_sg = -1;  ///< the window window_limit answered from the memo, if pre_count > 0
+  mutable std::int64_t pre_first = 0;
+  mutable std::int64_t pre_step = 0;
+  mutable int pre_count = 0;
+  mutable std::uint64_t pre_bits = 0;
 
   bool fits(const BlockDigest& d) const {
     for (auto b = static_cast<std::size_t>(plan->digest_size); b < BlockDigest::kSize; ++b) {
@@ -204,13 +212,54 @@ struct ClassProbe {
     return sg == 0 && step == chain_step && step > 0 && on_chain(first) && first < chain.known;
   }
 
-  /// Bits a window may hold: the known chain up to its end, else one key.
+  /// Whether the class agrees on the worker set at pool offset `at`; `all`: every member holds it.
+  bool agrees(std::size_t at, bool& all) const {
+    const std::uint64_t* m = scratch->pool.data() + at;
+    bool none = true;
+    all = true;
+    for (std::size_t w = 0; w < words; ++w) {
+      const std::uint64_t x = m[w] & cls[w];
+      all = all && x == cls[w];
+      none = none && x == 0;
+    }
+    return all || none;
+  }
+
+  /// Bits a window may hold: the known chain up to its end; else the keys from `first` on that
+  /// are already in the memo and that the class agrees on (answered at once: no read, and no
+  /// split on a key the finder may not ask for), at most kMemoWindow; else one key.
   int window_limit(int sg, std::int64_t first, std::int64_t step) const {
-    if (!split && on_known_chain(sg, first, step)) {
+    if (split) {
+      return 1;
+    }
+    if (on_known_chain(sg, first, step)) {
       return static_cast<int>(
           std::min<std::int64_t>(kMaxWindow, (chain.known - 1 - first) / step + 1));
     }
-    return 1;
+    std::uint64_t bits = 0;
+    int k = 0;
+    for (; k < kMemoWindow; ++k) {
+      const std::int64_t idx = first + k * step;
+      if (idx < 0 || idx >= n) {
+        break;
+      }
+      const std::uint64_t tag = scratch->memo[entry(sg, idx)];
+      bool all = false;
+      if ((tag >> 32) != scratch->epoch ||
+          !agrees(static_cast<std::size_t>(tag & 0xFFFFFFFFU) * words, all)) {
+        break;
+      }
+      bits |= all ? std::uint64_t{1} << k : 0;
+    }
+    if (k == 0) {
+      return 1;
+    }
+    pre_sg = sg;
+    pre_first = first;
+    pre_step = step;
+    pre_count = k;
+    pre_bits = bits;
+    return k;
   }
 
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
@@ -225,27 +274,28 @@ struct ClassProbe {
       const std::int64_t held = first < chain.stop ? (chain.stop - first + step - 1) / step : 0;
       return detail::low_bits(static_cast<int>(std::min<std::int64_t>(held, count)));
     }
+    if (pre_count > 0) {
+      // Answered by window_limit, just before (the cursor asks at most what it allowed).
+      const bool same =
+          sg == pre_sg && first == pre_first && step == pre_step && count <= pre_count;
+      pre_count = 0;
+      if (same) {
+        return pre_bits & detail::low_bits(count);
+      }
+    }
     if (!memoised(sg, first)) {
       prefetch_ahead(sg, first, step);
     }
     std::uint64_t bits = 0;
     for (int k = 0; k < count; ++k) {
       const std::size_t at = memo(sg, first + k * step);
-      const std::uint64_t* m = scratch->pool.data() + at;
-      bool all = true;
-      bool none = true;
-      for (std::size_t w = 0; w < words; ++w) {
-        const std::uint64_t x = m[w] & cls[w];
-        all = all && x == cls[w];
-        none = none && x == 0;
-      }
-      if (all) {
-        bits |= std::uint64_t{1} << k;
-      } else if (!none) {
+      bool all = false;
+      if (!agrees(at, all)) {
         split = true;
         split_at = at;
         return void_answer(step, count);
       }
+      bits |= all ? std::uint64_t{1} << k : 0;
     }
     return bits;
   }
