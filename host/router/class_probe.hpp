@@ -35,6 +35,8 @@ struct Scratch {
   std::vector<ChainAnswer> stack_chain;
   std::vector<std::uint64_t> tmp;
   std::vector<std::uint64_t> run;  ///< the chain walk's running AND
+  std::vector<std::uint64_t> cls;  ///< the class being run
+  std::vector<std::uint64_t> all;  ///< every worker
 
   void start(std::size_t entries, std::size_t words) {
     if (memo.size() < entries) {
@@ -50,6 +52,8 @@ struct Scratch {
     stack_chain.clear();
     tmp.assign(words, 0);
     run.assign(words, 0);
+    cls.assign(words, 0);
+    all.assign(words, 0);
   }
 };
 

@@ -84,9 +84,9 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
   detail::parallel_for(
       r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
       [&](std::size_t begin, std::size_t end) {
-        thread_local Scratch scratch;  // reused across calls: no per-call zeroing of the memo
-        std::vector<std::uint64_t> cls(words);
-        std::vector<std::uint64_t> all(words);
+        // Reused across requests and calls: nothing is allocated per request once it has grown,
+        // and the memo is never zeroed (epoch-tagged).
+        thread_local Scratch scratch;
         GroupHit hits[kMaxGroups];
         std::size_t local_classes = 0;
         std::size_t local_runs = 0;
@@ -100,6 +100,8 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
             scratch.start(static_cast<std::size_t>(plan.num_spec_groups) *
                               static_cast<std::size_t>(std::max<std::int64_t>(n, 1)),
                           words);
+            std::vector<std::uint64_t>& cls = scratch.cls;
+            std::vector<std::uint64_t>& all = scratch.all;
             ClassProbe probe{&plan, &index,   batch.digests.data() + off,
                              n,     metas,    options.tier_mask,
                              words, &scratch, scan_depth};
