@@ -176,7 +176,7 @@ struct RouterScores {
   /// Existence bits answered to the finders over all classes, summed (the bit work).
   std::size_t probes = 0;
   /// Finder runs (fixed points) over all classes, summed: final classes plus the runs a split
-  /// cut short (a cost measure).
+  /// cut short (a cost measure of the CPU scorer; 0 from the GPU scorer).
   std::size_t runs = 0;
 
   /// Request r's result on worker w: equal to the single-store lookup on w's keys.
