@@ -12,7 +12,8 @@
 //    no memo or bit work per block; split halves keep the answer, so they never re-walk it.
 // 2. Every other probed key is answered from the memo. The first key on which a class disagrees
 //    stops its run (the probe answers what ends each scan soonest and the result is discarded)
-//    and splits the class into "holds it" and "does not"; both halves re-run. Workers of a final
+//    and splits the class into "holds it" and "does not"; both halves re-run, answered up to 32
+//    memoised keys per finder refill where the class agrees (class_probe.hpp). Workers of a final
 //    class saw identical existence bits on every probe, so the deterministic finders give each
 //    the same result as its own single-store lookup.
 // Cost: index reads grow with the distinct probed keys; bit work with the window probes of the
