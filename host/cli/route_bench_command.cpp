@@ -45,6 +45,7 @@ struct RouteBenchOptions {
   std::uint64_t seed = 1;
   bool json = false;
   bool gpu_table = false;  ///< also time the GPU path's host table pass, both fills
+  int only_8k = 0;  ///< > 0: only score the 8K-token requests alone, this many rounds (profiling)
 };
 
 double seconds_since(clock_type::time_point start) {
@@ -135,13 +136,16 @@ Requests make_requests(std::mt19937_64& rng, const Config& config,
 /// Latencies (us, wall and thread CPU) of scoring each request alone, on `threads` threads
 /// splitting the requests.
 Latencies per_request_latencies(const Coordinator& c, const Requests& req,
-                                const ResidencyIndex& residency, int threads) {
+                                const ResidencyIndex& residency, int threads, bool warm = false) {
   const std::size_t r = req.max_lengths.size();
   Latencies lat{std::vector<double>(r, 0), std::vector<double>(r, 0)};
   ScoreOptions options;
   options.num_threads = 1;
   auto body = [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
+      if (warm && score_workers(c, req.one(i), residency, options).hit_lengths.empty()) {
+        std::abort();  // untimed: brings the request's keys into cache
+      }
       const double cpu = thread_cpu_seconds();
       const auto start = clock_type::now();
       const RouterScores s = score_workers(c, req.one(i), residency, options);
@@ -236,10 +240,33 @@ int run_route_bench(const RouteBenchOptions& o) {
 
   const Requests req = make_requests(rng, config, docs, o.requests, o.min_tokens, o.max_tokens);
   const Requests small = make_requests(rng, config, docs, o.requests, 8192, 8192);
-
-  // Whole batch, 1 and 2 threads.
   ScoreOptions one;
   one.num_threads = 1;
+  if (o.only_8k > 0) {
+    // Profiling: nothing but the 8K-token requests scored alone, so a profile shows only them.
+    Latencies all;
+    Latencies warm;
+    for (int round = 0; round < o.only_8k; ++round) {
+      const Latencies l = per_request_latencies(c, small, residency, 1);
+      all.wall.insert(all.wall.end(), l.wall.begin(), l.wall.end());
+      all.cpu.insert(all.cpu.end(), l.cpu.begin(), l.cpu.end());
+      const Latencies lw = per_request_latencies(c, small, residency, 1, true);
+      warm.cpu.insert(warm.cpu.end(), lw.cpu.begin(), lw.cpu.end());
+    }
+    const RouterScores s = score_workers(c, small.all(), residency, one);
+    const auto n8 = static_cast<double>(o.requests);
+    std::printf(
+        "8K, 1t, %d rounds: wall p50/p99 %.1f/%.1f  cpu p50/p99 %.1f/%.1f us; per request %.1f "
+        "classes (%.1f finder runs), %.0f index reads, %.0f probes; warm (scored twice) cpu "
+        "p50/p99 %.1f/%.1f us\n",
+        o.only_8k, percentile(all.wall, 0.5), percentile(all.wall, 0.99), percentile(all.cpu, 0.5),
+        percentile(all.cpu, 0.99), static_cast<double>(s.classes) / n8,
+        static_cast<double>(s.runs) / n8, static_cast<double>(s.index_reads) / n8,
+        static_cast<double>(s.probes) / n8, percentile(warm.cpu, 0.5), percentile(warm.cpu, 0.99));
+    return 0;
+  }
+
+  // Whole batch, 1 and 2 threads.
   ScoreOptions two;
   two.num_threads = 2;
   (void)score_workers(c, req.all(), residency, one);  // warm up
@@ -502,6 +529,10 @@ void add_route_bench_command(CLI::App& app) {
                 "also time the GPU path's host table pass (every probe vs reached keys) on the "
                 "sampled requests");
   cmd->add_flag("--json", o->json, "print JSON");
+  cmd->add_option("--only-8k", o->only_8k,
+                  "profiling: only score the 8K-token requests one by one, this many rounds, and "
+                  "print their latency (no naive loop, no check)")
+      ->capture_default_str();
   cmd->callback([o] {
     const int rc = run_route_bench(*o);
     if (rc != 0) {

@@ -175,6 +175,9 @@ struct RouterScores {
   std::size_t index_reads = 0;
   /// Existence bits answered to the finders over all classes, summed (the bit work).
   std::size_t probes = 0;
+  /// Finder runs (fixed points) over all classes, summed: final classes plus the runs a split
+  /// cut short (a cost measure of the CPU scorer; 0 from the GPU scorer).
+  std::size_t runs = 0;
 
   /// Request r's result on worker w: equal to the single-store lookup on w's keys.
   LookupResult result(std::size_t r, int w) const;

@@ -174,15 +174,17 @@ PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::
     // Scan from the last block down; item k is block total-1-k.
     ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
     for (std::int64_t i = total - 1; i >= 0; --i) {
-      if (!cursor.at(total - 1 - i)) {
-        run = 0;
-        continue;
-      }
       if (run == 0 && b != a) {
         const std::int64_t edge = drop ? i : i + 1;
         if (floor_mod(edge * b, a) != 0) {
-          continue;  // a streak starting here would not end on the alignment
+          // A streak starting here would not end on the alignment, and run stays 0 whether or
+          // not the block is held: its bit is not read (a probe that reads per key skips it).
+          continue;
         }
+      }
+      if (!cursor.at(total - 1 - i)) {
+        run = 0;
+        continue;
       }
       ++run;
       if (run >= need) {
@@ -291,10 +293,10 @@ PREFIXHIT_HD ErrorKind find_mamba(const LookupPlan& plan, int sg, std::int64_t n
   }
   ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
   for (std::int64_t i = total - 1; i >= 0; --i) {
-    if (!cursor.at(total - 1 - i)) {
-      continue;
-    }
     if (b != a && floor_mod((i + 1) * b, a) != 0) {
+      continue;  // not a candidate whether or not held: its bit is not read
+    }
+    if (!cursor.at(total - 1 - i)) {
       continue;
     }
     out.num_placeholders = i;
