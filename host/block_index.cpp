@@ -1,5 +1,6 @@
-// The resident CPU block index: open addressing over 32-slot buckets with 8-bit tags, using the
-// slot logic shared with the GPU index (detail/index_slots.hpp).
+// The resident CPU block index: open addressing over 12-slot buckets, each with a 64-byte header
+// line of tags and meta words, using the slot logic shared with the GPU index
+// (detail/index_slots.hpp).
 #include "prefixhit/block_index.hpp"
 
 #include <algorithm>
@@ -42,7 +43,6 @@ static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must
 
 namespace {
 
-using detail::kBucketShift;
 using detail::kBucketSlots;
 using detail::SlotKey;
 using detail::SlotPlace;
@@ -77,36 +77,55 @@ AlignedArray<T> allocate_aligned(std::uint64_t count, const char* what) {
   return AlignedArray<T>(static_cast<T*>(p));
 }
 
-/// One table generation: the structure-of-arrays layout of index_slots.hpp.
+/// One table generation: the layout of index_slots.hpp (bucket headers, digests apart).
 struct Table {
   std::uint64_t buckets = 0;  // a power of two
   std::uint64_t bucket_mask = 0;
-  AlignedArray<std::uint8_t> tags;
-  AlignedArray<std::uint32_t> metas;
+  AlignedArray<detail::BucketHeader> headers;
   AlignedArray<BlockDigest> digests;
 
   std::uint64_t slots() const { return detail::slots_of_buckets(buckets); }
 };
+
+/// Every slot empty (the spare tag bytes and the meta words zero too).
+void clear_headers(Table& t) {
+  static_assert(detail::kEmptyTag == 0, "a zeroed header is an empty bucket");
+  std::memset(static_cast<void*>(t.headers.get()), 0,
+              static_cast<std::size_t>(t.buckets * sizeof(detail::BucketHeader)));
+}
 
 Table allocate_table(std::uint64_t buckets) {
   Table t;
   t.buckets = buckets;
   t.bucket_mask = buckets - 1;
   const std::uint64_t slots = detail::slots_of_buckets(buckets);
-  t.tags = allocate_aligned<std::uint8_t>(slots, "tags");
-  t.metas = allocate_aligned<std::uint32_t>(slots, "namespace/group words");
+  t.headers = allocate_aligned<detail::BucketHeader>(buckets, "bucket headers");
   t.digests = allocate_aligned<BlockDigest>(slots, "digests");
-  std::memset(t.tags.get(), detail::kEmptyTag, static_cast<std::size_t>(slots));
+  clear_headers(t);
   return t;
 }
 
 /// Bit j set iff slot j of the bucket holds `tag` (SSE2 where available, else the SWAR twin).
-inline std::uint32_t match_tags(const std::uint8_t* bucket_tags, std::uint8_t tag) {
+inline std::uint32_t match_tags(const detail::BucketHeader* header, std::uint8_t tag) {
 #if defined(__SSE2__)
-  return detail::match_bucket_sse2(bucket_tags, tag);
+  return detail::match_bucket_sse2(header, tag);
 #else
-  return detail::match_bucket(detail::load_bucket_tags(bucket_tags), tag);
+  return detail::match_bucket(detail::load_bucket_tags(header), tag);
 #endif
+}
+
+/// Lanes whose tag and meta word both equal the key's: the slots whose digest a hit must
+/// compare. The header line alone rules out the others.
+inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint8_t tag,
+                                   const SlotKey& key) {
+  std::uint32_t c = match_tags(header, tag);
+  for (std::uint32_t m = c; m != 0; m &= m - 1) {
+    const int lane = __builtin_ctz(m);
+    if (header->metas[lane] != key.meta) {
+      c &= ~(1U << lane);
+    }
+  }
+  return c;
 }
 
 inline void prefetch(const void* p) {
@@ -204,61 +223,72 @@ struct BlockIndex::Impl {
   }
 
   std::int64_t find(const SlotKey& key) const {
-    return detail::find_slot(table.tags.get(), table.metas.get(), table.digests.get(),
-                             table.bucket_mask, key, place(key));
+    return detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask, key,
+                             place(key));
   }
 
-  /// Answers up to 64 keys: hashes them all, prefetches their home buckets, then the first
-  /// candidate slot of each, then compares; bit k of the result is key k's answer.
+  /// The home-bucket answer of a key whose header line is in cache: found, or not found and
+  /// decided (the bucket has an empty slot), or undecided (a full bucket: the key may lie
+  /// further along its sequence, find_slot follows it).
+  bool home_answer(const SlotKey& key, const SlotPlace& p, std::uint32_t candidates) const {
+    const detail::BucketHeader* header = table.headers.get() + p.bucket;
+    const BlockDigest* digests = table.digests.get();
+    for (std::uint32_t c = candidates; c != 0; c &= c - 1) {
+      const int lane = __builtin_ctz(c);
+      if (detail::slot_key_equal(key, digests[detail::slot_of(p.bucket, lane)],
+                                 header->metas[lane])) {
+        return true;
+      }
+    }
+    if (match_tags(header, detail::kEmptyTag) == 0) {
+      return detail::find_slot(table.headers.get(), digests, table.bucket_mask, key, p) >= 0;
+    }
+    return false;
+  }
+
+  /// Prefetches the digest line of a key's first candidate in its home bucket (header in cache).
+  std::uint32_t match_and_prefetch(const SlotKey& key, const SlotPlace& p) const {
+    const std::uint32_t c = candidates_of(table.headers.get() + p.bucket, p.tag, key);
+    if (c != 0) {
+      prefetch(table.digests.get() + detail::slot_of(p.bucket, __builtin_ctz(c)));
+    }
+    return c;
+  }
+
+  /// Answers up to 64 keys: hashes them all, prefetches their home bucket headers, then the
+  /// digest of the first candidate of each, then compares; bit k of the result is key k's answer.
   template <class KeyAt>
   std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
     SlotKey keys[64];
     SlotPlace places[64];
     std::uint32_t candidates[64];
-    const std::uint8_t* tags = table.tags.get();
-    const std::uint32_t* metas = table.metas.get();
-    const BlockDigest* digests = table.digests.get();
+    const detail::BucketHeader* headers = table.headers.get();
     for (int k = 0; k < count; ++k) {
       keys[k] = key_at(k);
       places[k] = place(keys[k]);
-      prefetch(tags + (places[k].bucket << kBucketShift));
+      prefetch(headers + places[k].bucket);
     }
     for (int k = 0; k < count; ++k) {
-      const std::uint64_t base = places[k].bucket << kBucketShift;
-      candidates[k] = match_tags(tags + base, places[k].tag);
-      if (candidates[k] != 0) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(candidates[k]));
-        prefetch(digests + slot);
-        prefetch(metas + slot);
-      }
+      candidates[k] = match_and_prefetch(keys[k], places[k]);
     }
     std::uint64_t bits = 0;
     for (int k = 0; k < count; ++k) {
-      const std::uint64_t base = places[k].bucket << kBucketShift;
-      bool found = false;
-      for (std::uint32_t c = candidates[k]; c != 0 && !found; c &= c - 1) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
-        found = detail::slot_key_equal(keys[k], digests[slot], metas[slot]);
-      }
-      if (!found && match_tags(tags + base, detail::kEmptyTag) == 0) {
-        // The home bucket is full: the key may sit further along its probe sequence.
-        found = detail::find_slot(tags, metas, digests, table.bucket_mask, keys[k], places[k]) >= 0;
-      }
-      bits |= static_cast<std::uint64_t>(found) << k;
+      bits |= static_cast<std::uint64_t>(home_answer(keys[k], places[k], candidates[k])) << k;
     }
     return bits;
   }
 
   /// Answers the keys key_at(0 .. n-1) through emit(i, found), in order, as a software
   /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
-  /// hashed and its home bucket's tags prefetched, key i-kTagAhead's tags are matched and its
-  /// first candidate slot prefetched, and key i-kLead is compared. Stages a fixed distance apart
-  /// keep a steady number of misses in flight (about kTagAhead + 2*kSlotAhead lines).
+  /// hashed and its home bucket's header line prefetched, key i-kTagAhead's header is matched
+  /// (tag and meta) and its first candidate's digest line prefetched, and key i-kLead is
+  /// compared. Stages a fixed distance apart keep a steady number of misses in flight (about
+  /// kTagAhead + kSlotAhead lines); a miss usually needs only the header line.
   template <class KeyAt, class Prefetch, class Emit>
   void lookup_stream(std::size_t n, const KeyAt& key_at, const Prefetch& prefetch_source,
                      const Emit& emit) const {
-    constexpr std::size_t kTagAhead = 10;   // tag line requested this many keys before its match
-    constexpr std::size_t kSlotAhead = 10;  // slot lines requested this many keys before compare
+    constexpr std::size_t kTagAhead = 10;   // header requested this many keys before its match
+    constexpr std::size_t kSlotAhead = 10;  // digest requested this many keys before compare
     constexpr std::size_t kLead = kTagAhead + kSlotAhead;
     constexpr std::size_t kRing = 32;  // > kLead, a power of two
     static_assert(kLead < kRing, "ring too small");
@@ -268,47 +298,29 @@ struct BlockIndex::Impl {
       std::uint32_t candidates;
     };
     Pending ring[kRing];
-    const std::uint8_t* tags = table.tags.get();
-    const std::uint32_t* metas = table.metas.get();
-    const BlockDigest* digests = table.digests.get();
+    const detail::BucketHeader* headers = table.headers.get();
     for (std::size_t i = 0; i < n + kLead; ++i) {
       // Stage 0: the caller's digest of a key further ahead (often out of cache too).
       if (i + kLead < n) {
         prefetch_source(i + kLead);
       }
-      // Stage 1: hash key i, prefetch its home bucket's tags.
+      // Stage 1: hash key i, prefetch its home bucket's header.
       if (i < n) {
         Pending& p = ring[i % kRing];
         p.key = key_at(i);
         p.place = place(p.key);
-        prefetch(tags + (p.place.bucket << kBucketShift));
+        prefetch(headers + p.place.bucket);
       }
-      // Stage 2: match key i-kTagAhead's tags, prefetch its first candidate slot.
+      // Stage 2: match key i-kTagAhead's header, prefetch its first candidate's digest.
       if (i >= kTagAhead && i - kTagAhead < n) {
         Pending& p = ring[(i - kTagAhead) % kRing];
-        const std::uint64_t base = p.place.bucket << kBucketShift;
-        p.candidates = match_tags(tags + base, p.place.tag);
-        if (p.candidates != 0) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(p.candidates));
-          prefetch(digests + slot);
-          prefetch(metas + slot);
-        }
+        p.candidates = match_and_prefetch(p.key, p.place);
       }
       // Stage 3: compare key i-kLead against its candidates.
       if (i >= kLead) {
         const std::size_t k = i - kLead;
         const Pending& p = ring[k % kRing];
-        const std::uint64_t base = p.place.bucket << kBucketShift;
-        bool found = false;
-        for (std::uint32_t c = p.candidates; c != 0 && !found; c &= c - 1) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
-          found = detail::slot_key_equal(p.key, digests[slot], metas[slot]);
-        }
-        if (!found && match_tags(tags + base, detail::kEmptyTag) == 0) {
-          // The home bucket is full: the key may sit further along its probe sequence.
-          found = detail::find_slot(tags, metas, digests, table.bucket_mask, p.key, p.place) >= 0;
-        }
-        emit(k, found);
+        emit(k, home_answer(p.key, p.place, p.candidates));
       }
     }
   }
@@ -321,17 +333,23 @@ struct BlockIndex::Impl {
         [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
   }
 
+  /// Writes a key into lane `lane` of `bucket`: meta and digest, then the tag.
+  static void store_slot(Table& t, std::uint64_t bucket, int lane, const SlotKey& key,
+                         std::uint8_t tag, const BlockDigest& digest) {
+    detail::BucketHeader& header = t.headers.get()[bucket];
+    header.metas[lane] = static_cast<std::uint32_t>(key.meta);
+    t.digests.get()[detail::slot_of(bucket, lane)] = digest;
+    header.tags[lane] = tag;
+  }
+
   /// Places a key known to be absent into the first free slot of its sequence (rehash).
   static void place_new(Table& t, const SlotKey& key, const SlotPlace& p,
                         const BlockDigest& digest) {
     for (std::uint64_t i = 0; i <= t.bucket_mask; ++i) {
-      const std::uint64_t base = detail::probe_bucket(p, i, t.bucket_mask) << kBucketShift;
-      const std::uint32_t empty = match_tags(t.tags.get() + base, detail::kEmptyTag);
+      const std::uint64_t bucket = detail::probe_bucket(p, i, t.bucket_mask);
+      const std::uint32_t empty = match_tags(t.headers.get() + bucket, detail::kEmptyTag);
       if (empty != 0) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(empty));
-        t.tags.get()[slot] = p.tag;
-        t.metas.get()[slot] = static_cast<std::uint32_t>(key.meta);
-        t.digests.get()[slot] = digest;
+        store_slot(t, bucket, __builtin_ctz(empty), key, p.tag, digest);
         return;
       }
     }
@@ -341,13 +359,15 @@ struct BlockIndex::Impl {
   /// allocation fails (CapacityExceeded).
   void rehash(std::uint64_t buckets) {
     Table next = allocate_table(buckets);
-    const std::uint64_t slots = table.slots();
-    for (std::uint64_t s = 0; s < slots; ++s) {
-      if (detail::is_live_tag(table.tags.get()[s])) {
-        const BlockDigest& digest = table.digests.get()[s];
-        const SlotKey key = detail::make_slot_key(digest, table.metas.get()[s]);
-        place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
-                  digest);
+    for (std::uint64_t b = 0; b < table.buckets; ++b) {
+      const detail::BucketHeader& header = table.headers.get()[b];
+      for (int lane = 0; lane < kBucketSlots; ++lane) {
+        if (detail::is_live_tag(header.tags[lane])) {
+          const BlockDigest& digest = table.digests.get()[detail::slot_of(b, lane)];
+          const SlotKey key = detail::make_slot_key(digest, header.metas[lane]);
+          place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
+                    digest);
+        }
       }
     }
     table = std::move(next);
@@ -357,40 +377,29 @@ struct BlockIndex::Impl {
   /// Inserts one key at its precomputed place; returns whether it was new. The caller
   /// guarantees a free slot exists.
   bool insert_one(const SlotKey& key, const SlotPlace& p, const BlockDigest& digest) {
-    std::uint8_t* tags = table.tags.get();
-    std::int64_t free_slot = -1;
+    if (detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask, key, p) >=
+        0) {
+      return false;
+    }
+    // Absent: take the first tombstone or empty slot of the sequence (the sequence up to the
+    // first bucket with an empty slot, which find_slot has just read).
     for (std::uint64_t i = 0; i <= table.bucket_mask; ++i) {
-      const std::uint64_t base = detail::probe_bucket(p, i, table.bucket_mask) << kBucketShift;
-      for (std::uint32_t c = match_tags(tags + base, p.tag); c != 0; c &= c - 1) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
-        if (detail::slot_key_equal(key, table.digests.get()[slot], table.metas.get()[slot])) {
-          return false;
+      const std::uint64_t bucket = detail::probe_bucket(p, i, table.bucket_mask);
+      detail::BucketHeader& header = table.headers.get()[bucket];
+      const std::uint32_t reusable =
+          match_tags(&header, detail::kTombstoneTag) | match_tags(&header, detail::kEmptyTag);
+      if (reusable != 0) {
+        const int lane = __builtin_ctz(reusable);
+        if (header.tags[lane] == detail::kTombstoneTag) {
+          --tombstones;
         }
-      }
-      const std::uint32_t empty = match_tags(tags + base, detail::kEmptyTag);
-      if (free_slot < 0) {
-        const std::uint32_t reusable = match_tags(tags + base, detail::kTombstoneTag) | empty;
-        if (reusable != 0) {
-          free_slot = static_cast<std::int64_t>(base) + __builtin_ctz(reusable);
-        }
-      }
-      if (empty != 0) {
-        break;  // no key lies beyond the first bucket with an empty slot
+        store_slot(table, bucket, lane, key, p.tag, digest);
+        ++live;
+        return true;
       }
     }
-    if (free_slot < 0) {
-      // reserve_for keeps the load below 100%, so this cannot happen; fail loudly, never drop.
-      throw CapacityExceeded("BlockIndex::insert: no free slot found (internal error)");
-    }
-    const auto slot = static_cast<std::uint64_t>(free_slot);
-    if (tags[slot] == detail::kTombstoneTag) {
-      --tombstones;
-    }
-    tags[slot] = p.tag;
-    table.metas.get()[slot] = static_cast<std::uint32_t>(key.meta);
-    table.digests.get()[slot] = digest;
-    ++live;
-    return true;
+    // reserve_for keeps the load below 100%, so this cannot happen; fail loudly, never drop.
+    throw CapacityExceeded("BlockIndex::insert: no free slot found (internal error)");
   }
 
   /// Makes room for `n` keys (KeyAt(i) -> SlotKey), growing or purging tombstones as needed;
@@ -444,24 +453,23 @@ struct BlockIndex::Impl {
     SlotKey keys[kChunk];
     SlotPlace places[kChunk];
     std::size_t added = 0;
-    const std::uint8_t* tags = table.tags.get();
+    const detail::BucketHeader* headers = table.headers.get();
     for (std::size_t start = 0; start < n; start += kChunk) {
       const std::size_t count = std::min(kChunk, n - start);
       for (std::size_t k = 0; k < count; ++k) {
         keys[k] = key_at(start + k);
         places[k] = place(keys[k]);
-        prefetch(tags + (places[k].bucket << kBucketShift));
+        __builtin_prefetch(headers + places[k].bucket, 1, 3);
       }
       for (std::size_t k = 0; k < count; ++k) {
-        const std::uint64_t base = places[k].bucket << kBucketShift;
-        std::uint32_t likely = match_tags(tags + base, places[k].tag);
+        const detail::BucketHeader* header = headers + places[k].bucket;
+        std::uint32_t likely = candidates_of(header, places[k].tag, keys[k]);
         if (likely == 0) {
-          likely = match_tags(tags + base, detail::kEmptyTag);
+          likely = match_tags(header, detail::kEmptyTag);
         }
         if (likely != 0) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(likely));
-          __builtin_prefetch(table.digests.get() + slot, 1, 3);
-          __builtin_prefetch(table.metas.get() + slot, 1, 3);
+          __builtin_prefetch(
+              table.digests.get() + detail::slot_of(places[k].bucket, __builtin_ctz(likely)), 1, 3);
         }
       }
       for (std::size_t k = 0; k < count; ++k) {
@@ -473,9 +481,9 @@ struct BlockIndex::Impl {
   }
 
   /// Erases the keys key_at(0 .. n-1) in order, as a software pipeline like lookup_stream's:
-  /// key i is hashed and its home bucket's tags prefetched (for writing), key i-kTagAhead's
-  /// tags are matched and its first candidate slot prefetched, and key i-kLead is found and
-  /// erased. The last stage re-reads the tags and probes exactly as find() does, so an erase
+  /// key i is hashed and its home bucket's header prefetched (for writing), key i-kTagAhead's
+  /// header is matched and its first candidate's digest prefetched, and key i-kLead is found and
+  /// erased. The last stage re-reads the header and probes exactly as find() does, so an erase
   /// earlier in the batch (a duplicate key, a bucket turned full of tombstones) is always seen:
   /// the earlier stages only warm the cache, they decide nothing.
   template <class KeyAt>
@@ -492,39 +500,32 @@ struct BlockIndex::Impl {
     Pending ring[kRing];
     std::unique_lock<std::shared_mutex> lock(mutex);
     std::size_t removed = 0;
-    std::uint8_t* tags = table.tags.get();
-    const std::uint32_t* metas = table.metas.get();
+    detail::BucketHeader* headers = table.headers.get();
     const BlockDigest* digests = table.digests.get();
     for (std::size_t i = 0; i < n + kLead; ++i) {
       if (i < n) {
         Pending& p = ring[i % kRing];
         p.key = key_at(i);
         p.place = place(p.key);
-        __builtin_prefetch(tags + (p.place.bucket << kBucketShift), 1, 3);
+        __builtin_prefetch(headers + p.place.bucket, 1, 3);
       }
       if (i >= kTagAhead && i - kTagAhead < n) {
         const Pending& p = ring[(i - kTagAhead) % kRing];
-        const std::uint64_t base = p.place.bucket << kBucketShift;
-        const std::uint32_t candidates = match_tags(tags + base, p.place.tag);
-        if (candidates != 0) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(candidates));
-          prefetch(digests + slot);
-          prefetch(metas + slot);
-        }
+        match_and_prefetch(p.key, p.place);
       }
       if (i < kLead) {
         continue;
       }
       const Pending& p = ring[(i - kLead) % kRing];
       const std::int64_t found =
-          detail::find_slot(tags, metas, digests, table.bucket_mask, p.key, p.place);
+          detail::find_slot(headers, digests, table.bucket_mask, p.key, p.place);
       if (found < 0) {
         continue;
       }
       const auto slot = static_cast<std::uint64_t>(found);
-      const std::uint64_t base = (slot >> kBucketShift) << kBucketShift;
-      const std::uint8_t erased = detail::erased_tag(detail::load_bucket_tags(tags + base));
-      tags[slot] = erased;
+      detail::BucketHeader& header = headers[detail::bucket_of_slot(slot)];
+      const std::uint8_t erased = detail::erased_tag(detail::load_bucket_tags(&header));
+      header.tags[detail::lane_of_slot(slot)] = erased;
       tombstones += erased == detail::kTombstoneTag ? 1U : 0U;
       --live;
       ++removed;
@@ -566,13 +567,8 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
   impl_->seed = options.seed != 0 ? options.seed : random_seed();
   impl_->hash_key = detail::make_hash_key(impl_->seed);
   impl_->max_buckets = detail::max_buckets_for(options.max_capacity);
-  const std::uint64_t wanted =
-      (static_cast<std::uint64_t>(options.initial_capacity) + kBucketSlots - 1) >> kBucketShift;
-  std::uint64_t buckets = 1;
-  while (buckets < wanted && buckets < impl_->max_buckets) {
-    buckets <<= 1;
-  }
-  impl_->table = allocate_table(buckets);
+  impl_->table = allocate_table(detail::buckets_for_slots(
+      static_cast<std::uint64_t>(options.initial_capacity), impl_->max_buckets));
   impl_->publish_counts();
 }
 
@@ -694,8 +690,7 @@ std::size_t BlockIndex::used_slots() const noexcept {
 void BlockIndex::clear() {
   Impl& impl = live_impl(impl_);
   std::unique_lock<std::shared_mutex> lock(impl.mutex);
-  std::memset(impl.table.tags.get(), detail::kEmptyTag,
-              static_cast<std::size_t>(impl.table.slots()));
+  clear_headers(impl.table);
   impl.live = 0;
   impl.tombstones = 0;
   impl.publish_counts();
@@ -721,12 +716,14 @@ void BlockIndex::for_each_key(
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   const Table& t = impl.table;
-  const std::uint64_t slots = t.slots();
-  for (std::uint64_t s = 0; s < slots; ++s) {
-    if (detail::is_live_tag(t.tags.get()[s])) {
-      const std::uint32_t meta = t.metas.get()[s];
-      visit(detail::meta_namespace(meta), detail::meta_group(meta), detail::meta_digest_size(meta),
-            t.digests.get()[s]);
+  for (std::uint64_t b = 0; b < t.buckets; ++b) {
+    const detail::BucketHeader& header = t.headers.get()[b];
+    for (int lane = 0; lane < kBucketSlots; ++lane) {
+      if (detail::is_live_tag(header.tags[lane])) {
+        const std::uint32_t meta = header.metas[lane];
+        visit(detail::meta_namespace(meta), detail::meta_group(meta),
+              detail::meta_digest_size(meta), t.digests.get()[detail::slot_of(b, lane)]);
+      }
     }
   }
 }
@@ -750,9 +747,8 @@ bool BlockIndex::View::prefers_probe_many() const noexcept {
   if (!index_->impl_) {
     return false;
   }
-  constexpr std::uint64_t kBytesPerSlot = 1 + sizeof(std::uint32_t) + sizeof(BlockDigest);
   const std::uint64_t slots = index_->impl_->capacity_mirror.load(std::memory_order_relaxed);
-  return slots * kBytesPerSlot >= detail::planned_lookup_min_bytes();
+  return detail::table_bytes_of_slots(slots) >= detail::planned_lookup_min_bytes();
 }
 
 void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
