@@ -135,8 +135,11 @@ struct TableBuffers {
   }
   /// The first 64-byte boundary of the header buffer: a header is one line, never two.
   detail::BucketHeader* first_header() const {
-    const auto p = reinterpret_cast<std::uintptr_t>(headers.get());
-    return reinterpret_cast<detail::BucketHeader*>((p + 63U) & ~std::uintptr_t{63});
+    auto* base = static_cast<unsigned char*>(headers.get());
+    const auto misalignment =
+        static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(base) % 64U);
+    return reinterpret_cast<detail::BucketHeader*>(base +
+                                                   (misalignment == 0 ? 0 : 64 - misalignment));
   }
   DeviceTable view(const detail::IndexHashKey& hash_key) const {
     return DeviceTable{first_header(), static_cast<BlockDigest*>(digests.get()), buckets - 1,
