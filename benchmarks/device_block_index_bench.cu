@@ -229,7 +229,8 @@ void report(benchmark::State& state, const Fixture& f, double keys_total, double
 }
 
 // Bytes per key by the model of docs/design/device-index.md (32-byte sectors): the query digest,
-// the home bucket's tag sector, and for a hit the meta and digest sectors; one output byte.
+// the home bucket header's first sector (its tags), and for a hit the header sector holding the
+// meta word (the first one for lanes 0-3) and the digest sectors; one output byte.
 constexpr double kHitBytes = 32 + 32 + 32 + 32 + 1;
 constexpr double kMissBytes = 32 + 32 + 1;
 constexpr double kInsertBytes = 32 + 32 + 32 + 32;  // query, tag sector, meta and digest writes

@@ -1,5 +1,6 @@
-// The resident CPU block index: open addressing over 32-slot buckets with 8-bit tags, using the
-// slot logic shared with the GPU index (detail/index_slots.hpp).
+// The resident CPU block index: open addressing over 12-slot buckets, each with a 64-byte header
+// line of tags and meta words, using the slot logic shared with the GPU index
+// (detail/index_slots.hpp).
 #include "prefixhit/block_index.hpp"
 
 #include <algorithm>
@@ -14,14 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "host/block_index_impl.hpp"
+#include "host/block_index_table.hpp"
 #include "host/probes.hpp"
 #include "host/scratch_pool.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 namespace prefixhit {
 
@@ -42,76 +41,12 @@ static_assert(kMaxNamespace == detail::kIndexMaxNamespace, "namespace width must
 
 namespace {
 
-using detail::kBucketShift;
+using cpu_index::allocate_table;
+using cpu_index::clear_headers;
+using cpu_index::prefetch;
+using cpu_index::Table;
 using detail::kBucketSlots;
 using detail::SlotKey;
-using detail::SlotPlace;
-
-struct FreeDeleter {
-  void operator()(void* p) const noexcept { std::free(p); }
-};
-
-template <class T>
-using AlignedArray = std::unique_ptr<T, FreeDeleter>;
-
-/// 64-byte aligned storage for `count` elements; throws CapacityExceeded when it cannot be had.
-/// Arrays of 2 MiB or more are 2 MiB aligned and asked to use huge pages: a probe of a large
-/// table then costs a cache miss without a page walk on top (issue 14).
-template <class T>
-AlignedArray<T> allocate_aligned(std::uint64_t count, const char* what) {
-  constexpr std::uint64_t kHugePage = std::uint64_t{1} << 21;
-  const std::uint64_t align = count * sizeof(T) >= kHugePage ? kHugePage : 64;
-  const std::uint64_t bytes = ((count * sizeof(T)) + align - 1) & ~(align - 1);
-  void* p = bytes == 0 ? nullptr
-                       : std::aligned_alloc(static_cast<std::size_t>(align),
-                                            static_cast<std::size_t>(bytes));
-  if (p == nullptr) {
-    throw CapacityExceeded("BlockIndex: cannot allocate " + std::to_string(bytes) + " bytes for " +
-                           what);
-  }
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (align == kHugePage) {
-    madvise(p, static_cast<std::size_t>(bytes), MADV_HUGEPAGE);  // a hint: failure is harmless
-  }
-#endif
-  return AlignedArray<T>(static_cast<T*>(p));
-}
-
-/// One table generation: the structure-of-arrays layout of index_slots.hpp.
-struct Table {
-  std::uint64_t buckets = 0;  // a power of two
-  std::uint64_t bucket_mask = 0;
-  AlignedArray<std::uint8_t> tags;
-  AlignedArray<std::uint32_t> metas;
-  AlignedArray<BlockDigest> digests;
-
-  std::uint64_t slots() const { return detail::slots_of_buckets(buckets); }
-};
-
-Table allocate_table(std::uint64_t buckets) {
-  Table t;
-  t.buckets = buckets;
-  t.bucket_mask = buckets - 1;
-  const std::uint64_t slots = detail::slots_of_buckets(buckets);
-  t.tags = allocate_aligned<std::uint8_t>(slots, "tags");
-  t.metas = allocate_aligned<std::uint32_t>(slots, "namespace/group words");
-  t.digests = allocate_aligned<BlockDigest>(slots, "digests");
-  std::memset(t.tags.get(), detail::kEmptyTag, static_cast<std::size_t>(slots));
-  return t;
-}
-
-/// Bit j set iff slot j of the bucket holds `tag` (SSE2 where available, else the SWAR twin).
-inline std::uint32_t match_tags(const std::uint8_t* bucket_tags, std::uint8_t tag) {
-#if defined(__SSE2__)
-  return detail::match_bucket_sse2(bucket_tags, tag);
-#else
-  return detail::match_bucket(detail::load_bucket_tags(bucket_tags), tag);
-#endif
-}
-
-inline void prefetch(const void* p) {
-  __builtin_prefetch(p, 0, 3);
-}
 
 std::uint64_t random_seed() {
   std::uint64_t seed = 0;
@@ -154,20 +89,6 @@ void validate_group_ids(Namespace ns, span<const std::int32_t> group_ids, std::s
   }
 }
 
-bool slot_key_less(const SlotKey& a, const SlotKey& b) {
-  for (int i = 0; i < 4; ++i) {
-    if (a.w[i] != b.w[i]) {
-      return a.w[i] < b.w[i];
-    }
-  }
-  return a.meta < b.meta;
-}
-
-bool slot_key_same(const SlotKey& a, const SlotKey& b) {
-  return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3] &&
-         a.meta == b.meta;
-}
-
 template <class ImplPtr>
 auto& live_impl(const ImplPtr& impl) {
   if (!impl) {
@@ -177,362 +98,6 @@ auto& live_impl(const ImplPtr& impl) {
 }
 
 }  // namespace
-
-struct BlockIndex::Impl {
-  BlockIndexOptions options;
-  std::uint64_t seed = 0;
-  detail::IndexHashKey hash_key{};
-  std::uint64_t max_buckets = 0;
-
-  mutable std::shared_mutex mutex;
-  Table table;
-  std::uint64_t live = 0;
-  std::uint64_t tombstones = 0;
-  // Mirrors for the lock-free noexcept accessors.
-  std::atomic<std::uint64_t> live_mirror{0};
-  std::atomic<std::uint64_t> used_mirror{0};
-  std::atomic<std::uint64_t> capacity_mirror{0};
-
-  void publish_counts() {
-    live_mirror.store(live, std::memory_order_relaxed);
-    used_mirror.store(live + tombstones, std::memory_order_relaxed);
-    capacity_mirror.store(table.slots(), std::memory_order_relaxed);
-  }
-
-  SlotPlace place(const SlotKey& key) const {
-    return detail::place_of(detail::slot_hash(key, hash_key), table.bucket_mask);
-  }
-
-  std::int64_t find(const SlotKey& key) const {
-    return detail::find_slot(table.tags.get(), table.metas.get(), table.digests.get(),
-                             table.bucket_mask, key, place(key));
-  }
-
-  /// Answers up to 64 keys: hashes them all, prefetches their home buckets, then the first
-  /// candidate slot of each, then compares; bit k of the result is key k's answer.
-  template <class KeyAt>
-  std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
-    SlotKey keys[64];
-    SlotPlace places[64];
-    std::uint32_t candidates[64];
-    const std::uint8_t* tags = table.tags.get();
-    const std::uint32_t* metas = table.metas.get();
-    const BlockDigest* digests = table.digests.get();
-    for (int k = 0; k < count; ++k) {
-      keys[k] = key_at(k);
-      places[k] = place(keys[k]);
-      prefetch(tags + (places[k].bucket << kBucketShift));
-    }
-    for (int k = 0; k < count; ++k) {
-      const std::uint64_t base = places[k].bucket << kBucketShift;
-      candidates[k] = match_tags(tags + base, places[k].tag);
-      if (candidates[k] != 0) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(candidates[k]));
-        prefetch(digests + slot);
-        prefetch(metas + slot);
-      }
-    }
-    std::uint64_t bits = 0;
-    for (int k = 0; k < count; ++k) {
-      const std::uint64_t base = places[k].bucket << kBucketShift;
-      bool found = false;
-      for (std::uint32_t c = candidates[k]; c != 0 && !found; c &= c - 1) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
-        found = detail::slot_key_equal(keys[k], digests[slot], metas[slot]);
-      }
-      if (!found && match_tags(tags + base, detail::kEmptyTag) == 0) {
-        // The home bucket is full: the key may sit further along its probe sequence.
-        found = detail::find_slot(tags, metas, digests, table.bucket_mask, keys[k], places[k]) >= 0;
-      }
-      bits |= static_cast<std::uint64_t>(found) << k;
-    }
-    return bits;
-  }
-
-  /// Answers the keys key_at(0 .. n-1) through emit(i, found), in order, as a software
-  /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
-  /// hashed and its home bucket's tags prefetched, key i-kTagAhead's tags are matched and its
-  /// first candidate slot prefetched, and key i-kLead is compared. Stages a fixed distance apart
-  /// keep a steady number of misses in flight (about kTagAhead + 2*kSlotAhead lines).
-  template <class KeyAt, class Prefetch, class Emit>
-  void lookup_stream(std::size_t n, const KeyAt& key_at, const Prefetch& prefetch_source,
-                     const Emit& emit) const {
-    constexpr std::size_t kTagAhead = 10;   // tag line requested this many keys before its match
-    constexpr std::size_t kSlotAhead = 10;  // slot lines requested this many keys before compare
-    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
-    constexpr std::size_t kRing = 32;  // > kLead, a power of two
-    static_assert(kLead < kRing, "ring too small");
-    struct Pending {
-      SlotKey key;
-      SlotPlace place;
-      std::uint32_t candidates;
-    };
-    Pending ring[kRing];
-    const std::uint8_t* tags = table.tags.get();
-    const std::uint32_t* metas = table.metas.get();
-    const BlockDigest* digests = table.digests.get();
-    for (std::size_t i = 0; i < n + kLead; ++i) {
-      // Stage 0: the caller's digest of a key further ahead (often out of cache too).
-      if (i + kLead < n) {
-        prefetch_source(i + kLead);
-      }
-      // Stage 1: hash key i, prefetch its home bucket's tags.
-      if (i < n) {
-        Pending& p = ring[i % kRing];
-        p.key = key_at(i);
-        p.place = place(p.key);
-        prefetch(tags + (p.place.bucket << kBucketShift));
-      }
-      // Stage 2: match key i-kTagAhead's tags, prefetch its first candidate slot.
-      if (i >= kTagAhead && i - kTagAhead < n) {
-        Pending& p = ring[(i - kTagAhead) % kRing];
-        const std::uint64_t base = p.place.bucket << kBucketShift;
-        p.candidates = match_tags(tags + base, p.place.tag);
-        if (p.candidates != 0) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(p.candidates));
-          prefetch(digests + slot);
-          prefetch(metas + slot);
-        }
-      }
-      // Stage 3: compare key i-kLead against its candidates.
-      if (i >= kLead) {
-        const std::size_t k = i - kLead;
-        const Pending& p = ring[k % kRing];
-        const std::uint64_t base = p.place.bucket << kBucketShift;
-        bool found = false;
-        for (std::uint32_t c = p.candidates; c != 0 && !found; c &= c - 1) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
-          found = detail::slot_key_equal(p.key, digests[slot], metas[slot]);
-        }
-        if (!found && match_tags(tags + base, detail::kEmptyTag) == 0) {
-          // The home bucket is full: the key may sit further along its probe sequence.
-          found = detail::find_slot(tags, metas, digests, table.bucket_mask, p.key, p.place) >= 0;
-        }
-        emit(k, found);
-      }
-    }
-  }
-
-  template <class KeyAt>
-  void lookup_many(std::size_t n, const KeyAt& key_at, const BlockDigest* sources,
-                   std::uint8_t* out) const {
-    lookup_stream(
-        n, key_at, [&](std::size_t i) { prefetch(sources + i); },
-        [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
-  }
-
-  /// Places a key known to be absent into the first free slot of its sequence (rehash).
-  static void place_new(Table& t, const SlotKey& key, const SlotPlace& p,
-                        const BlockDigest& digest) {
-    for (std::uint64_t i = 0; i <= t.bucket_mask; ++i) {
-      const std::uint64_t base = detail::probe_bucket(p, i, t.bucket_mask) << kBucketShift;
-      const std::uint32_t empty = match_tags(t.tags.get() + base, detail::kEmptyTag);
-      if (empty != 0) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(empty));
-        t.tags.get()[slot] = p.tag;
-        t.metas.get()[slot] = static_cast<std::uint32_t>(key.meta);
-        t.digests.get()[slot] = digest;
-        return;
-      }
-    }
-  }
-
-  /// Rebuilds into `buckets` buckets, dropping tombstones. Leaves everything as it was when the
-  /// allocation fails (CapacityExceeded).
-  void rehash(std::uint64_t buckets) {
-    Table next = allocate_table(buckets);
-    const std::uint64_t slots = table.slots();
-    for (std::uint64_t s = 0; s < slots; ++s) {
-      if (detail::is_live_tag(table.tags.get()[s])) {
-        const BlockDigest& digest = table.digests.get()[s];
-        const SlotKey key = detail::make_slot_key(digest, table.metas.get()[s]);
-        place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
-                  digest);
-      }
-    }
-    table = std::move(next);
-    tombstones = 0;
-  }
-
-  /// Inserts one key at its precomputed place; returns whether it was new. The caller
-  /// guarantees a free slot exists.
-  bool insert_one(const SlotKey& key, const SlotPlace& p, const BlockDigest& digest) {
-    std::uint8_t* tags = table.tags.get();
-    std::int64_t free_slot = -1;
-    for (std::uint64_t i = 0; i <= table.bucket_mask; ++i) {
-      const std::uint64_t base = detail::probe_bucket(p, i, table.bucket_mask) << kBucketShift;
-      for (std::uint32_t c = match_tags(tags + base, p.tag); c != 0; c &= c - 1) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(c));
-        if (detail::slot_key_equal(key, table.digests.get()[slot], table.metas.get()[slot])) {
-          return false;
-        }
-      }
-      const std::uint32_t empty = match_tags(tags + base, detail::kEmptyTag);
-      if (free_slot < 0) {
-        const std::uint32_t reusable = match_tags(tags + base, detail::kTombstoneTag) | empty;
-        if (reusable != 0) {
-          free_slot = static_cast<std::int64_t>(base) + __builtin_ctz(reusable);
-        }
-      }
-      if (empty != 0) {
-        break;  // no key lies beyond the first bucket with an empty slot
-      }
-    }
-    if (free_slot < 0) {
-      // reserve_for keeps the load below 100%, so this cannot happen; fail loudly, never drop.
-      throw CapacityExceeded("BlockIndex::insert: no free slot found (internal error)");
-    }
-    const auto slot = static_cast<std::uint64_t>(free_slot);
-    if (tags[slot] == detail::kTombstoneTag) {
-      --tombstones;
-    }
-    tags[slot] = p.tag;
-    table.metas.get()[slot] = static_cast<std::uint32_t>(key.meta);
-    table.digests.get()[slot] = digest;
-    ++live;
-    return true;
-  }
-
-  /// Makes room for `n` keys (KeyAt(i) -> SlotKey), growing or purging tombstones as needed;
-  /// throws CapacityExceeded, with nothing changed, when the new keys cannot fit.
-  template <class KeyAt>
-  void reserve_for(std::size_t n, const KeyAt& key_at) {
-    const double mlf = options.max_load_factor;
-    const std::uint64_t limit = detail::load_limit(table.slots(), mlf);
-    if (live + tombstones + n <= limit) {
-      return;  // fits even if every key is new
-    }
-    // Keys absent from the table bound the new keys from above (in-batch duplicates count
-    // more than once); an insert takes at most that many free slots.
-    std::vector<SlotKey> missing;
-    for (std::size_t i = 0; i < n; ++i) {
-      const SlotKey key = key_at(i);
-      if (find(key) < 0) {
-        missing.push_back(key);
-      }
-    }
-    if (live + tombstones + missing.size() <= limit) {
-      return;
-    }
-    std::uint64_t buckets =
-        detail::plan_buckets(live + missing.size(), table.buckets, max_buckets, mlf);
-    if (buckets == 0) {
-      // Only an exact count of distinct new keys can tell whether they fit.
-      std::sort(missing.begin(), missing.end(), slot_key_less);
-      const std::uint64_t distinct = static_cast<std::uint64_t>(
-          std::unique(missing.begin(), missing.end(), slot_key_same) - missing.begin());
-      buckets = detail::plan_buckets(live + distinct, table.buckets, max_buckets, mlf);
-      if (buckets == 0) {
-        throw CapacityExceeded(
-            "BlockIndex::insert: " + std::to_string(distinct) + " new keys on top of " +
-            std::to_string(live) + " would exceed the limit of " +
-            std::to_string(detail::load_limit(detail::slots_of_buckets(max_buckets), mlf)) +
-            " keys (max_capacity " + std::to_string(options.max_capacity) +
-            " slots, max_load_factor " + std::to_string(mlf) + "); nothing was inserted");
-      }
-    }
-    rehash(buckets);
-  }
-
-  template <class KeyAt>
-  std::size_t insert_many(std::size_t n, const KeyAt& key_at, const BlockDigest* digests) {
-    std::unique_lock<std::shared_mutex> lock(mutex);
-    reserve_for(n, key_at);
-    // In chunks: hash and prefetch the home buckets, then prefetch (for writing) the slot each
-    // key will most likely take, then insert. Overlaps the cache misses of a chunk.
-    constexpr std::size_t kChunk = 32;
-    SlotKey keys[kChunk];
-    SlotPlace places[kChunk];
-    std::size_t added = 0;
-    const std::uint8_t* tags = table.tags.get();
-    for (std::size_t start = 0; start < n; start += kChunk) {
-      const std::size_t count = std::min(kChunk, n - start);
-      for (std::size_t k = 0; k < count; ++k) {
-        keys[k] = key_at(start + k);
-        places[k] = place(keys[k]);
-        prefetch(tags + (places[k].bucket << kBucketShift));
-      }
-      for (std::size_t k = 0; k < count; ++k) {
-        const std::uint64_t base = places[k].bucket << kBucketShift;
-        std::uint32_t likely = match_tags(tags + base, places[k].tag);
-        if (likely == 0) {
-          likely = match_tags(tags + base, detail::kEmptyTag);
-        }
-        if (likely != 0) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(likely));
-          __builtin_prefetch(table.digests.get() + slot, 1, 3);
-          __builtin_prefetch(table.metas.get() + slot, 1, 3);
-        }
-      }
-      for (std::size_t k = 0; k < count; ++k) {
-        added += insert_one(keys[k], places[k], digests[start + k]) ? 1U : 0U;
-      }
-    }
-    publish_counts();
-    return added;
-  }
-
-  /// Erases the keys key_at(0 .. n-1) in order, as a software pipeline like lookup_stream's:
-  /// key i is hashed and its home bucket's tags prefetched (for writing), key i-kTagAhead's
-  /// tags are matched and its first candidate slot prefetched, and key i-kLead is found and
-  /// erased. The last stage re-reads the tags and probes exactly as find() does, so an erase
-  /// earlier in the batch (a duplicate key, a bucket turned full of tombstones) is always seen:
-  /// the earlier stages only warm the cache, they decide nothing.
-  template <class KeyAt>
-  std::size_t erase_many(std::size_t n, const KeyAt& key_at) {
-    constexpr std::size_t kTagAhead = 10;
-    constexpr std::size_t kSlotAhead = 10;
-    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
-    constexpr std::size_t kRing = 32;  // > kLead, a power of two
-    static_assert(kLead < kRing, "ring too small");
-    struct Pending {
-      SlotKey key;
-      SlotPlace place;
-    };
-    Pending ring[kRing];
-    std::unique_lock<std::shared_mutex> lock(mutex);
-    std::size_t removed = 0;
-    std::uint8_t* tags = table.tags.get();
-    const std::uint32_t* metas = table.metas.get();
-    const BlockDigest* digests = table.digests.get();
-    for (std::size_t i = 0; i < n + kLead; ++i) {
-      if (i < n) {
-        Pending& p = ring[i % kRing];
-        p.key = key_at(i);
-        p.place = place(p.key);
-        __builtin_prefetch(tags + (p.place.bucket << kBucketShift), 1, 3);
-      }
-      if (i >= kTagAhead && i - kTagAhead < n) {
-        const Pending& p = ring[(i - kTagAhead) % kRing];
-        const std::uint64_t base = p.place.bucket << kBucketShift;
-        const std::uint32_t candidates = match_tags(tags + base, p.place.tag);
-        if (candidates != 0) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(__builtin_ctz(candidates));
-          prefetch(digests + slot);
-          prefetch(metas + slot);
-        }
-      }
-      if (i < kLead) {
-        continue;
-      }
-      const Pending& p = ring[(i - kLead) % kRing];
-      const std::int64_t found =
-          detail::find_slot(tags, metas, digests, table.bucket_mask, p.key, p.place);
-      if (found < 0) {
-        continue;
-      }
-      const auto slot = static_cast<std::uint64_t>(found);
-      const std::uint64_t base = (slot >> kBucketShift) << kBucketShift;
-      const std::uint8_t erased = detail::erased_tag(detail::load_bucket_tags(tags + base));
-      tags[slot] = erased;
-      tombstones += erased == detail::kTombstoneTag ? 1U : 0U;
-      --live;
-      ++removed;
-    }
-    publish_counts();
-    return removed;
-  }
-};
 
 BlockIndex::BlockIndex() : BlockIndex(BlockIndexOptions{}) {}
 
@@ -566,13 +131,8 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
   impl_->seed = options.seed != 0 ? options.seed : random_seed();
   impl_->hash_key = detail::make_hash_key(impl_->seed);
   impl_->max_buckets = detail::max_buckets_for(options.max_capacity);
-  const std::uint64_t wanted =
-      (static_cast<std::uint64_t>(options.initial_capacity) + kBucketSlots - 1) >> kBucketShift;
-  std::uint64_t buckets = 1;
-  while (buckets < wanted && buckets < impl_->max_buckets) {
-    buckets <<= 1;
-  }
-  impl_->table = allocate_table(buckets);
+  impl_->table = allocate_table(detail::buckets_for_slots(
+      static_cast<std::uint64_t>(options.initial_capacity), impl_->max_buckets));
   impl_->publish_counts();
 }
 
@@ -694,8 +254,7 @@ std::size_t BlockIndex::used_slots() const noexcept {
 void BlockIndex::clear() {
   Impl& impl = live_impl(impl_);
   std::unique_lock<std::shared_mutex> lock(impl.mutex);
-  std::memset(impl.table.tags.get(), detail::kEmptyTag,
-              static_cast<std::size_t>(impl.table.slots()));
+  clear_headers(impl.table);
   impl.live = 0;
   impl.tombstones = 0;
   impl.publish_counts();
@@ -721,12 +280,14 @@ void BlockIndex::for_each_key(
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   const Table& t = impl.table;
-  const std::uint64_t slots = t.slots();
-  for (std::uint64_t s = 0; s < slots; ++s) {
-    if (detail::is_live_tag(t.tags.get()[s])) {
-      const std::uint32_t meta = t.metas.get()[s];
-      visit(detail::meta_namespace(meta), detail::meta_group(meta), detail::meta_digest_size(meta),
-            t.digests.get()[s]);
+  for (std::uint64_t b = 0; b < t.buckets; ++b) {
+    const detail::BucketHeader& header = t.headers.get()[b];
+    for (int lane = 0; lane < kBucketSlots; ++lane) {
+      if (detail::is_live_tag(header.tags[lane])) {
+        const std::uint32_t meta = header.metas[lane];
+        visit(detail::meta_namespace(meta), detail::meta_group(meta),
+              detail::meta_digest_size(meta), t.digests.get()[detail::slot_of(b, lane)]);
+      }
     }
   }
 }
@@ -750,9 +311,8 @@ bool BlockIndex::View::prefers_probe_many() const noexcept {
   if (!index_->impl_) {
     return false;
   }
-  constexpr std::uint64_t kBytesPerSlot = 1 + sizeof(std::uint32_t) + sizeof(BlockDigest);
   const std::uint64_t slots = index_->impl_->capacity_mirror.load(std::memory_order_relaxed);
-  return slots * kBytesPerSlot >= detail::planned_lookup_min_bytes();
+  return detail::table_bytes_of_slots(slots) >= detail::planned_lookup_min_bytes();
 }
 
 void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,

@@ -1,16 +1,7 @@
-// DeviceBlockIndex: the GPU-resident set of (namespace, group id, digest) keys; digests of 8, 16
-// or 32 bytes.
-//
-// Kernels (names as Nsight shows them, all in prefixhit::index_kernels):
-//   contains_keys        one thread per key: hash, one 32-byte tag sector, candidate compares
-//   insert_keys          one thread per key: find-or-claim with a busy marker (see insert_key)
-//   erase_keys           one thread per key: find, then CAS the tag to tombstone/empty
-//   find_missing_keys    marks keys absent from the table (growth planning only)
-//   rehash_slots         one thread per old slot: re-places live keys into a new table
-//   check_group_ids      validates per-key group ids before anything is applied
-//   check_key_tails      validates narrow keys (zero bytes past the width) before anything is
-//   applied
-// The per-slot logic (hash, tag, buckets, compare, erase rule) is detail/index_slots.hpp, shared
+// DeviceBlockIndex, host side: the GPU-resident set of (namespace, group id, digest) keys, digests
+// of 8, 16 or 32 bytes. Device memory, validation, capacity planning and the public calls; the
+// kernels are device_index_kernels.cu, their per-key device functions device_index_slots.cuh,
+// and the slot logic (hash, tags, buckets, compare, erase rule) detail/index_slots.hpp, shared
 // with the CPU BlockIndex and covered by its CPU tests.
 #include <cuda_runtime.h>
 
@@ -22,424 +13,11 @@
 #include <utility>
 
 #include "host/nvtx.hpp"
+#include "kernels/device_index_slots.cuh"
 #include "prefixhit/device_block_index.hpp"
 #include "prefixhit/errors.hpp"
 
 namespace prefixhit {
-
-namespace index_kernels {
-
-using detail::BucketTags;
-using detail::kBucketShift;
-using detail::SlotKey;
-using detail::SlotPlace;
-
-/// The table as kernels see it.
-struct DeviceTable {
-  std::uint8_t* tags;
-  std::uint32_t* metas;
-  BlockDigest* digests;
-  std::uint64_t bucket_mask;
-  detail::IndexHashKey hash_key;
-};
-
-/// Counters kept on the device and read back by synchronous calls.
-struct DeviceCounters {
-  unsigned long long live;        // live keys
-  unsigned long long used;        // live keys + tombstones (+ claimed slots during an insert)
-  unsigned long long call_count;  // keys inserted / erased / found missing by the last call
-  unsigned long long first_bad;   // smallest index of an invalid group id or key (~0: none)
-  unsigned int overflow;          // an insert found no free slot (cannot happen by construction)
-  unsigned int pad;
-};
-
-/// The keys of one call: one group for all, or per-key group ids.
-struct KeyBatch {
-  const BlockDigest* keys;
-  const std::int32_t* group_ids;  // nullptr: every key is in `group_id`
-  int group_id;
-  std::uint32_t ns;
-  std::uint32_t width_code;  // the keys' digest width in the meta word (index_slots.hpp)
-  int words;                 // 8-byte words of digest the width covers (1, 2 or 4)
-  bool aligned16;            // keys can be read with 16-byte loads
-
-  __device__ __forceinline__ bool meta_of(std::uint64_t i, std::uint32_t& meta) const {
-    const int group = group_ids != nullptr ? group_ids[i] : group_id;
-    if (!detail::valid_group(group)) {
-      return false;
-    }
-    meta = detail::pack_meta(ns, group, width_code);
-    return true;
-  }
-
-  __device__ __forceinline__ SlotKey key(std::uint64_t i, std::uint32_t meta) const {
-    SlotKey k;
-    if (aligned16) {
-      const ulonglong2* p = reinterpret_cast<const ulonglong2*>(keys + i);
-      const ulonglong2 lo = p[0];
-      const ulonglong2 hi = p[1];
-      k.w[0] = lo.x;
-      k.w[1] = lo.y;
-      k.w[2] = hi.x;
-      k.w[3] = hi.y;
-    } else {
-      const unsigned long long* p = reinterpret_cast<const unsigned long long*>(keys + i);
-      k.w[0] = p[0];
-      k.w[1] = p[1];
-      k.w[2] = p[2];
-      k.w[3] = p[3];
-    }
-    // A narrow key is its first `words` words: the rest reads as zero (synchronous calls have
-    // checked that it is; asynchronous ones cannot report an error, so they ignore the tail).
-    for (int w = 1; w < 4; ++w) {
-      k.w[w] = w < words ? k.w[w] : 0;
-    }
-    k.meta = meta;
-    return k;
-  }
-};
-
-__device__ __forceinline__ SlotPlace place_of(const DeviceTable& t, const SlotKey& key) {
-  return detail::place_of(detail::slot_hash(key, t.hash_key), t.bucket_mask);
-}
-
-/// Sums `value` over the warp and adds it to `*counter` from one lane. Every lane of the warp
-/// must call it (the kernels call it once, after their grid-stride loops).
-__device__ __forceinline__ void warp_add(unsigned long long* counter, unsigned int value) {
-  const unsigned int total = __reduce_add_sync(0xFFFFFFFFU, value);
-  if ((threadIdx.x & 31U) == 0 && total != 0) {
-    atomicAdd(counter, static_cast<unsigned long long>(total));
-  }
-}
-
-/// A bucket's tags as the L2 holds them now (bypassing L1, which other SMs' atomics do not
-/// update). Words are read one by one; every decision taken on a stale word is made safe by a
-/// compare-and-swap on that word.
-__device__ __forceinline__ BucketTags coherent_bucket_tags(const std::uint8_t* bucket_tags) {
-  const ulonglong2* p = reinterpret_cast<const ulonglong2*>(bucket_tags);
-  const ulonglong2 lo = __ldcg(p);
-  const ulonglong2 hi = __ldcg(p + 1);
-  return BucketTags{{lo.x, lo.y, hi.x, hi.y}};
-}
-
-__device__ __forceinline__ std::uint32_t tag_word(const BucketTags& t, int word) {
-  // A select chain, not t.w[word >> 1]: a dynamic index would put the tags in local memory.
-  const int pair = word >> 1;
-  const std::uint64_t w = pair == 0 ? t.w[0] : pair == 1 ? t.w[1] : pair == 2 ? t.w[2] : t.w[3];
-  return static_cast<std::uint32_t>(w >> ((word & 1) * 32));
-}
-
-__device__ __forceinline__ bool coherent_slot_equal(const DeviceTable& t, std::uint64_t slot,
-                                                    const SlotKey& key) {
-  const ulonglong2* p = reinterpret_cast<const ulonglong2*>(t.digests + slot);
-  const ulonglong2 lo = __ldcg(p);
-  const ulonglong2 hi = __ldcg(p + 1);
-  const std::uint64_t stored[4] = {lo.x, lo.y, hi.x, hi.y};
-  return detail::slot_words_equal(key, stored, __ldcg(t.metas + slot));
-}
-
-/// Inserts one key unless present. Returns 1 if inserted, 0 if it was present, -1 if the table
-/// had no free slot on the key's whole probe sequence.
-///
-/// Duplicates within one batch: a thread claims a slot by CAS-ing its tag from empty to busy,
-/// writes digest and meta, then publishes the real tag (release). A thread that sees a busy slot
-/// waits for it to be published before deciding, and a failed CAS re-reads the bucket. Two
-/// threads with the same key follow the same probe sequence and take the lowest empty slot of a
-/// bucket, so the second always sees the first one's busy or published slot: a key is stored once.
-/// Slots never return to empty during an insert, so a bucket seen without empties stays so.
-__device__ int insert_key(const DeviceTable& t, const SlotKey& key, const SlotPlace& place) {
-  for (std::uint64_t i = 0; i <= t.bucket_mask; ++i) {
-    const std::uint64_t base = detail::probe_bucket(place, i, t.bucket_mask) << kBucketShift;
-    while (true) {
-      const BucketTags bucket = coherent_bucket_tags(t.tags + base);
-      const std::uint32_t busy = detail::match_bucket(bucket, detail::kBusyTag);
-      const std::uint32_t matches = detail::match_bucket(bucket, place.tag);
-      if (matches != 0) {
-        __threadfence();  // acquire: the digests behind these published tags are visible
-        for (std::uint32_t c = matches; c != 0; c &= c - 1) {
-          if (coherent_slot_equal(t, base + detail::lowest_bit(c), key)) {
-            return 0;
-          }
-        }
-      }
-      if (busy != 0) {
-        __nanosleep(32);  // another thread is writing a slot here: it may be this key
-        continue;
-      }
-      const std::uint32_t empty = detail::match_bucket(bucket, detail::kEmptyTag);
-      if (empty == 0) {
-        break;  // full: the key is not in this bucket and goes further along the sequence
-      }
-      const int lane = detail::lowest_bit(empty);
-      const int word = lane >> 2;
-      const unsigned int shift = static_cast<unsigned int>(lane & 3) * 8U;
-      unsigned int* word_ptr = reinterpret_cast<unsigned int*>(t.tags + base) + word;
-      const unsigned int expected = tag_word(bucket, word);
-      const unsigned int claimed =
-          expected | (static_cast<unsigned int>(detail::kBusyTag) << shift);
-      if (atomicCAS(word_ptr, expected, claimed) != expected) {
-        continue;  // the bucket changed under us: look again
-      }
-      const std::uint64_t slot = base + static_cast<std::uint64_t>(lane);
-      ulonglong2* digest = reinterpret_cast<ulonglong2*>(t.digests + slot);
-      __stcg(digest, make_ulonglong2(key.w[0], key.w[1]));
-      __stcg(digest + 1, make_ulonglong2(key.w[2], key.w[3]));
-      __stcg(t.metas + slot, static_cast<unsigned int>(key.meta));
-      __threadfence();  // release: digest and meta before the tag
-      atomicXor(word_ptr, static_cast<unsigned int>(detail::kBusyTag ^ place.tag) << shift);
-      return 1;
-    }
-  }
-  return -1;
-}
-
-__global__ void __launch_bounds__(256)
-    contains_keys(DeviceTable table, KeyBatch batch, std::uint64_t n, std::uint8_t* out) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    std::uint32_t meta = 0;
-    bool hit = false;
-    if (batch.meta_of(i, meta)) {
-      const SlotKey key = batch.key(i, meta);
-      hit = detail::find_slot_with<detail::DeviceSlotLoads>(table.tags, table.metas, table.digests,
-                                                            table.bucket_mask, key,
-                                                            place_of(table, key)) >= 0;
-    }
-    out[i] = static_cast<std::uint8_t>(hit);
-  }
-}
-
-/// present[i] = 1 if key i is in the table; counts the absent keys into call_count.
-__global__ void __launch_bounds__(256)
-    find_missing_keys(DeviceTable table, KeyBatch batch, std::uint64_t n, std::uint8_t* present,
-                      DeviceCounters* counters) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  unsigned int missing = 0;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    std::uint32_t meta = 0;
-    batch.meta_of(i, meta);  // groups were validated before
-    const SlotKey key = batch.key(i, meta);
-    const bool hit = detail::find_slot(table.tags, table.metas, table.digests, table.bucket_mask,
-                                       key, place_of(table, key)) >= 0;
-    present[i] = static_cast<std::uint8_t>(hit);
-    missing += hit ? 0U : 1U;
-  }
-  warp_add(&counters->call_count, missing);
-}
-
-/// Inserts the batch (keys with skip[i] != 0 are left out when skip is given).
-__global__ void __launch_bounds__(256)
-    insert_keys(DeviceTable table, KeyBatch batch, std::uint64_t n, const std::uint8_t* skip,
-                DeviceCounters* counters) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  unsigned int inserted = 0;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    std::uint32_t meta = 0;
-    if ((skip != nullptr && skip[i] != 0) || !batch.meta_of(i, meta)) {
-      continue;
-    }
-    const SlotKey key = batch.key(i, meta);
-    const int result = insert_key(table, key, place_of(table, key));
-    if (result < 0) {
-      atomicOr(&counters->overflow, 1U);
-    }
-    inserted += result > 0 ? 1U : 0U;
-  }
-  warp_add(&counters->live, inserted);
-  warp_add(&counters->used, inserted);
-  warp_add(&counters->call_count, inserted);
-}
-
-__global__ void __launch_bounds__(256)
-    erase_keys(DeviceTable table, KeyBatch batch, std::uint64_t n, DeviceCounters* counters) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  unsigned int erased = 0;
-  unsigned int emptied = 0;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    std::uint32_t meta = 0;
-    if (!batch.meta_of(i, meta)) {
-      continue;
-    }
-    const SlotKey key = batch.key(i, meta);
-    const SlotPlace place = place_of(table, key);
-    // Erasers only turn live tags into tombstone/empty, so a plain find is exact here except
-    // for slots erased concurrently, which the CAS below detects.
-    const std::int64_t found =
-        detail::find_slot(table.tags, table.metas, table.digests, table.bucket_mask, key, place);
-    if (found < 0) {
-      continue;
-    }
-    const auto slot = static_cast<std::uint64_t>(found);
-    const std::uint64_t base = (slot >> kBucketShift) << kBucketShift;
-    const int lane = static_cast<int>(slot - base);
-    const unsigned int shift = static_cast<unsigned int>(lane & 3) * 8U;
-    unsigned int* word_ptr = reinterpret_cast<unsigned int*>(table.tags + base) + (lane >> 2);
-    const std::uint8_t replacement = detail::erased_tag(coherent_bucket_tags(table.tags + base));
-    unsigned int current = __ldcg(word_ptr);
-    while (((current >> shift) & 0xFFU) == place.tag) {
-      const unsigned int desired =
-          (current & ~(0xFFU << shift)) | (static_cast<unsigned int>(replacement) << shift);
-      const unsigned int seen = atomicCAS(word_ptr, current, desired);
-      if (seen == current) {
-        ++erased;
-        emptied += replacement == detail::kEmptyTag ? 1U : 0U;
-        break;
-      }
-      current = seen;  // another byte of the word changed, or a duplicate erased this slot
-    }
-  }
-  warp_add(&counters->call_count, erased);
-  // live -= erased, used -= emptied (two's complement wrap-around on the unsigned counters).
-  const unsigned int erased_total = __reduce_add_sync(0xFFFFFFFFU, erased);
-  const unsigned int emptied_total = __reduce_add_sync(0xFFFFFFFFU, emptied);
-  if ((threadIdx.x & 31U) == 0) {
-    if (erased_total != 0) {
-      atomicAdd(&counters->live, 0ULL - erased_total);
-    }
-    if (emptied_total != 0) {
-      atomicAdd(&counters->used, 0ULL - emptied_total);
-    }
-  }
-}
-
-/// Re-places every live slot of `from` into the empty table `to` (keys are distinct).
-__global__ void __launch_bounds__(256)
-    rehash_slots(DeviceTable from, std::uint64_t slots, DeviceTable to, DeviceCounters* counters) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t s = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       s < slots; s += stride) {
-    const std::uint8_t old_tag = from.tags[s];
-    if (!detail::is_live_tag(old_tag)) {
-      continue;
-    }
-    SlotKey key = detail::make_slot_key(from.digests[s], from.metas[s]);
-    const SlotPlace place = place_of(to, key);
-    bool placed = false;
-    for (std::uint64_t i = 0; i <= to.bucket_mask && !placed; ++i) {
-      const std::uint64_t base = detail::probe_bucket(place, i, to.bucket_mask) << kBucketShift;
-      while (true) {
-        const BucketTags bucket = coherent_bucket_tags(to.tags + base);
-        const std::uint32_t empty = detail::match_bucket(bucket, detail::kEmptyTag);
-        if (empty == 0) {
-          break;
-        }
-        const int lane = detail::lowest_bit(empty);
-        const int word = lane >> 2;
-        const unsigned int shift = static_cast<unsigned int>(lane & 3) * 8U;
-        unsigned int* word_ptr = reinterpret_cast<unsigned int*>(to.tags + base) + word;
-        const unsigned int expected = tag_word(bucket, word);
-        const unsigned int desired = expected | (static_cast<unsigned int>(place.tag) << shift);
-        if (atomicCAS(word_ptr, expected, desired) == expected) {
-          const std::uint64_t slot = base + static_cast<std::uint64_t>(lane);
-          to.digests[slot] = from.digests[s];
-          to.metas[slot] = from.metas[s];
-          placed = true;
-          break;
-        }
-      }
-    }
-    if (!placed) {
-      atomicOr(&counters->overflow, 1U);
-    }
-  }
-}
-
-/// Records the smallest index whose digest has a nonzero word at or past `words`.
-__global__ void __launch_bounds__(256)
-    check_key_tails(const BlockDigest* keys, std::uint64_t n, int words, DeviceCounters* counters) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const auto* p = reinterpret_cast<const unsigned long long*>(keys + i);
-    unsigned long long tail = 0;
-    for (int w = words; w < 4; ++w) {
-      tail |= p[w];
-    }
-    if (tail != 0) {
-      atomicMin(&counters->first_bad, static_cast<unsigned long long>(i));
-    }
-  }
-}
-
-/// Records the smallest index whose group id is outside [0, kMaxGroups).
-__global__ void __launch_bounds__(256)
-    check_group_ids(const std::int32_t* group_ids, std::uint64_t n, DeviceCounters* counters) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    if (!detail::valid_group(group_ids[i])) {
-      atomicMin(&counters->first_bad, static_cast<unsigned long long>(i));
-    }
-  }
-}
-
-// ---- launchers: return the launch status, never throw -----------------------------------------
-
-constexpr unsigned int kThreads = 256;
-
-inline unsigned int blocks_for(std::uint64_t n, int sm_count) {
-  const std::uint64_t wanted = (n + kThreads - 1) / kThreads;
-  // Enough resident blocks to saturate memory; the grid-stride loops cover the rest.
-  const std::uint64_t cap = static_cast<std::uint64_t>(std::max(sm_count, 1)) * 32U;
-  return static_cast<unsigned int>(std::max<std::uint64_t>(1, std::min(wanted, cap)));
-}
-
-cudaError_t launch_contains(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
-                            std::uint8_t* out, int sm_count, cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(contains_keys, blocks_for(n, sm_count), kThreads, 0, stream)
-  (table, batch, n, out);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_find_missing(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
-                                std::uint8_t* present, DeviceCounters* counters, int sm_count,
-                                cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(find_missing_keys, blocks_for(n, sm_count), kThreads, 0, stream)
-  (table, batch, n, present, counters);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_insert(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
-                          const std::uint8_t* skip, DeviceCounters* counters, int sm_count,
-                          cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(insert_keys, blocks_for(n, sm_count), kThreads, 0, stream)
-  (table, batch, n, skip, counters);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_erase(const DeviceTable& table, const KeyBatch& batch, std::uint64_t n,
-                         DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(erase_keys, blocks_for(n, sm_count), kThreads, 0, stream)
-  (table, batch, n, counters);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_rehash(const DeviceTable& from, std::uint64_t slots, const DeviceTable& to,
-                          DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(rehash_slots, blocks_for(slots, sm_count), kThreads, 0, stream)
-  (from, slots, to, counters);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_check_key_tails(const BlockDigest* keys, std::uint64_t n, int words,
-                                   DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(check_key_tails, blocks_for(n, sm_count), kThreads, 0, stream)
-  (keys, n, words, counters);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_check_groups(const std::int32_t* group_ids, std::uint64_t n,
-                                DeviceCounters* counters, int sm_count, cudaStream_t stream) {
-  PREFIXHIT_LAUNCH(check_group_ids, blocks_for(n, sm_count), kThreads, 0, stream)
-  (group_ids, n, counters);
-  return cudaGetLastError();
-}
-
-}  // namespace index_kernels
 
 // ---- host side ----------------------------------------------------------------------------------
 
@@ -544,19 +122,28 @@ class DeviceBuffer {
   std::function<void(void*, std::size_t, cudaStream_t)> deallocate_;
 };
 
-/// One table generation on the device.
+/// One table generation on the device: bucket headers and digests (index_slots.hpp).
 struct TableBuffers {
   std::uint64_t buckets = 0;
-  DeviceBuffer tags;
-  DeviceBuffer metas;
+  DeviceBuffer headers;  // 32 bytes more than the headers: a caller's allocator aligns to 32 only
   DeviceBuffer digests;
 
   std::uint64_t slots() const { return detail::slots_of_buckets(buckets); }
-  std::size_t bytes() const { return tags.bytes() + metas.bytes() + digests.bytes(); }
+  std::size_t bytes() const { return headers.bytes() + digests.bytes(); }
+  std::size_t header_bytes() const {
+    return static_cast<std::size_t>(buckets * sizeof(detail::BucketHeader));
+  }
+  /// The first 64-byte boundary of the header buffer: a header is one line, never two.
+  detail::BucketHeader* first_header() const {
+    auto* base = static_cast<unsigned char*>(headers.get());
+    const auto misalignment =
+        static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(base) % 64U);
+    return reinterpret_cast<detail::BucketHeader*>(base +
+                                                   (misalignment == 0 ? 0 : 64 - misalignment));
+  }
   DeviceTable view(const detail::IndexHashKey& hash_key) const {
-    return DeviceTable{static_cast<std::uint8_t*>(tags.get()),
-                       static_cast<std::uint32_t*>(metas.get()),
-                       static_cast<BlockDigest*>(digests.get()), buckets - 1, hash_key};
+    return DeviceTable{first_header(), static_cast<BlockDigest*>(digests.get()), buckets - 1,
+                       hash_key};
   }
 };
 
@@ -657,16 +244,19 @@ struct DeviceBlockIndex::Impl {
                std::string(call) + ": resetting the call counter");
   }
 
+  /// Every slot empty (spare tag bytes and meta words zero too).
+  static void clear_headers(const TableBuffers& t, cudaStream_t stream, const char* what) {
+    static_assert(detail::kEmptyTag == 0, "a zeroed header is an empty bucket");
+    check_cuda(cudaMemsetAsync(t.first_header(), 0, t.header_bytes(), stream), what);
+  }
+
   TableBuffers allocate_table(std::uint64_t buckets, cudaStream_t stream) const {
     TableBuffers t;
     t.buckets = buckets;
     const std::uint64_t slots = detail::slots_of_buckets(buckets);
-    t.tags = DeviceBuffer(options.allocator, slots, stream, "tags");
-    t.metas = DeviceBuffer(options.allocator, slots * sizeof(std::uint32_t), stream,
-                           "namespace/group words");
+    t.headers = DeviceBuffer(options.allocator, t.header_bytes() + 32, stream, "bucket headers");
     t.digests = DeviceBuffer(options.allocator, slots * sizeof(BlockDigest), stream, "digests");
-    check_cuda(cudaMemsetAsync(t.tags.get(), detail::kEmptyTag, slots, stream),
-               "clearing new tags");
+    clear_headers(t, stream, "clearing new bucket headers");
     return t;
   }
 
@@ -882,13 +472,8 @@ DeviceBlockIndex::DeviceBlockIndex(const DeviceBlockIndexOptions& options, cudaS
   check_cuda(cudaGetDevice(&device), "DeviceBlockIndex: cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&impl.sm_count, cudaDevAttrMultiProcessorCount, device),
              "DeviceBlockIndex: reading the SM count");
-  const std::uint64_t wanted =
-      (static_cast<std::uint64_t>(options.initial_capacity) + detail::kBucketSlots - 1) >>
-      detail::kBucketShift;
-  std::uint64_t buckets = 1;
-  while (buckets < wanted && buckets < impl.max_buckets) {
-    buckets <<= 1;
-  }
+  const std::uint64_t buckets = detail::buckets_for_slots(
+      static_cast<std::uint64_t>(options.initial_capacity), impl.max_buckets);
   impl.counter_buffer = DeviceBuffer(options.allocator, sizeof(DeviceCounters), stream, "counters");
   check_cuda(cudaMemsetAsync(impl.counter_buffer.get(), 0, sizeof(DeviceCounters), stream),
              "DeviceBlockIndex: clearing the counters");
@@ -1071,8 +656,7 @@ std::size_t DeviceBlockIndex::capacity() const noexcept {
 void DeviceBlockIndex::clear(cudaStream_t stream) {
   PREFIXHIT_NVTX_RANGE("DeviceBlockIndex::clear");
   Impl& impl = live_impl(impl_);
-  check_cuda(cudaMemsetAsync(impl.table.tags.get(), detail::kEmptyTag, impl.table.slots(), stream),
-             "clear: clearing the tags");
+  Impl::clear_headers(impl.table, stream, "clear: clearing the bucket headers");
   check_cuda(cudaMemsetAsync(impl.counters(), 0, sizeof(DeviceCounters), stream),
              "clear: clearing the counters");
   check_cuda(cudaStreamSynchronize(stream), "clear: synchronising the stream");
@@ -1083,8 +667,7 @@ DeviceBlockIndexRef DeviceBlockIndex::ref() const noexcept {
   DeviceBlockIndexRef r;
   if (impl_) {
     const DeviceTable t = impl_->view();
-    r.tags = t.tags;
-    r.metas = t.metas;
+    r.headers = t.headers;
     r.digests = t.digests;
     r.bucket_mask = t.bucket_mask;
     r.hash_key = t.hash_key;

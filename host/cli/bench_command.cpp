@@ -15,6 +15,7 @@
 #include "host/cli/bench.hpp"
 #include "host/cli/commands.hpp"
 #include "prefixhit/detail/hd.hpp"
+#include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 
 namespace prefixhit::cli {
@@ -135,7 +136,7 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   context.store_keys = index.size();
   context.store_slots = index.capacity();
   // Per slot: a 1-byte tag, a 4-byte namespace/group word and the 32-byte digest.
-  context.store_bytes = context.store_slots * (1 + 4 + sizeof(BlockDigest));
+  context.store_bytes = detail::table_bytes_of_slots(context.store_slots);
   context.cycled_requests = requests;
   context.limit = measure_memory_limit(context.store_bytes, 0x5EED);
   const std::int64_t max_length = workload.tokens - 1;

@@ -19,7 +19,7 @@ inline constexpr Namespace kMaxNamespace = (1U << 24) - 1;
 
 /// The most slots an index may be asked for (initial_capacity, max_capacity): 2^40.
 inline constexpr std::uint64_t kMaxIndexSlots = std::uint64_t{1} << 40;
-/// The smallest max_load_factor accepted; below it a 32-slot bucket would hold no key at all.
+/// The smallest max_load_factor accepted; below it a table needs absurdly many slots per key.
 inline constexpr double kMinMaxLoadFactor = 0.01;
 
 struct BlockIndexOptions {
@@ -29,8 +29,9 @@ struct BlockIndexOptions {
   std::uint64_t seed = 0;        ///< 0: a random seed (hash flooding resistance)
 };
 
-/// Layout and hashing: open addressing over buckets of 32 slots with an 8-bit tag per slot
-/// (the slot logic of detail/index_slots.hpp, shared with the GPU DeviceBlockIndex). The hash is
+/// Layout and hashing: open addressing over buckets of 12 slots, each bucket's 8-bit tags and
+/// meta words in one 64-byte header line and the digests apart (the slot logic of
+/// detail/index_slots.hpp, shared with the GPU DeviceBlockIndex). The hash is
 /// seeded (options.seed, or a random seed when 0), so crafted digests cannot flood one bucket.
 /// A key is reported present only after its tag, namespace, group id, digest width and all 32
 /// digest bytes compare equal.
@@ -41,7 +42,7 @@ struct BlockIndexOptions {
 /// A key with a nonzero byte past the width is an InvalidArgument (nothing is applied). A vLLM
 /// KV event's integer hash h goes in as insert(ns, group, {BlockDigest::from_int_hash(h)}, 8).
 ///
-/// Capacity: capacity() counts slots (a power-of-two number of 32-slot buckets). The index holds
+/// Capacity: capacity() counts slots (a power-of-two number of 12-slot buckets). The index holds
 /// at most max_load_factor * capacity() keys and grows (doubling, rehashing) past that; erased
 /// slots become tombstones that later inserts reuse and rehashes drop. With max_capacity set it
 /// grows no further than the largest such table within max_capacity slots, and an insert whose

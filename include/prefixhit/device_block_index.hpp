@@ -1,9 +1,9 @@
 // The GPU-resident block index: a device hash set of (namespace, group id, digest) keys, digests
 // of 8, 16 or 32 bytes.
 //
-// Same slot logic as the CPU BlockIndex (detail/index_slots.hpp): buckets of 32 slots, an 8-bit
-// tag per slot, structure-of-arrays storage (tags, meta words, digests), seeded hashing and
-// double hashing over buckets. docs/design/device-index.md explains the layout and its costs.
+// Same slot logic as the CPU BlockIndex (detail/index_slots.hpp): buckets of 12 slots, each with
+// a 64-byte header of 8-bit tags and meta words, digests apart, seeded hashing and double hashing
+// over buckets. docs/design/device-index.md explains the layout and its costs.
 //
 // This header compiles with a plain C++17 compiler: it does not include cuda_runtime.h, and the
 // device-only members are guarded by PREFIXHIT_CUDA_SOURCE (detail/hd.hpp).
@@ -26,15 +26,16 @@ namespace prefixhit {
 
 #if PREFIXHIT_CUDA_SOURCE
 namespace detail {
-/// Device loads for find_slot_with: one 32-byte tag sector as two 16-byte loads, digests as two
-/// 16-byte loads, all through the read-only data cache (the table is not written while a
-/// kernel probes it).
+/// Device loads for find_slot_with: a header's 16 tag bytes as one 16-byte load, a meta word
+/// from the same header sector, digests as two 16-byte loads, all through the read-only data
+/// cache (the table is not written while a kernel probes it).
 struct DeviceSlotLoads {
-  __device__ static __forceinline__ BucketTags tags(const std::uint8_t* bucket_tags) {
-    const ulonglong2* p = reinterpret_cast<const ulonglong2*>(bucket_tags);
-    const ulonglong2 lo = __ldg(p);
-    const ulonglong2 hi = __ldg(p + 1);
-    return BucketTags{{lo.x, lo.y, hi.x, hi.y}};
+  __device__ static __forceinline__ BucketTags tags(const BucketHeader* header) {
+    const ulonglong2 t = __ldg(reinterpret_cast<const ulonglong2*>(header->tags));
+    return BucketTags{{t.x, t.y}};
+  }
+  __device__ static __forceinline__ std::uint32_t meta(const BucketHeader* header, int lane) {
+    return __ldg(&header->metas[lane]);
   }
   __device__ static __forceinline__ void digest(const BlockDigest* digest,
                                                 std::uint64_t (&out)[4]) {
@@ -46,9 +47,6 @@ struct DeviceSlotLoads {
     out[2] = hi.x;
     out[3] = hi.y;
   }
-  __device__ static __forceinline__ std::uint32_t meta(const std::uint32_t* meta) {
-    return __ldg(meta);
-  }
 };
 }  // namespace detail
 #endif
@@ -58,8 +56,7 @@ struct DeviceSlotLoads {
 /// (insert, or destruction); take a fresh one after each insert. Probing through a ref while an
 /// insert, erase or clear of the same index runs is not allowed (order them on one stream).
 struct DeviceBlockIndexRef {
-  const std::uint8_t* tags = nullptr;
-  const std::uint32_t* metas = nullptr;
+  const detail::BucketHeader* headers = nullptr;
   const BlockDigest* digests = nullptr;
   std::uint64_t bucket_mask = 0;
   detail::IndexHashKey hash_key{};
@@ -72,15 +69,15 @@ struct DeviceBlockIndexRef {
   /// one key; no warp synchronisation.
   __device__ __forceinline__ bool contains(Namespace ns, int group_id, const BlockDigest& key,
                                            std::size_t digest_size = BlockDigest::kSize) const {
-    if (!detail::valid_namespace(ns) || !detail::valid_group(group_id) || tags == nullptr) {
+    if (!detail::valid_namespace(ns) || !detail::valid_group(group_id) || headers == nullptr) {
       return false;
     }
     const detail::SlotKey slot_key = detail::make_slot_key(
         key, detail::pack_meta(ns, group_id, detail::digest_width_code(digest_size)));
     const detail::SlotPlace place =
         detail::place_of(detail::slot_hash(slot_key, hash_key), bucket_mask);
-    return detail::find_slot_with<detail::DeviceSlotLoads>(tags, metas, digests, bucket_mask,
-                                                           slot_key, place) >= 0;
+    return detail::find_slot_with<detail::DeviceSlotLoads>(headers, digests, bucket_mask, slot_key,
+                                                           place) >= 0;
   }
 #endif
 };
@@ -187,7 +184,7 @@ class DeviceBlockIndex {
   /// Live keys; synchronises `stream`.
   std::size_t size(cudaStream_t stream = nullptr) const;
   DeviceBlockIndexStats stats(cudaStream_t stream = nullptr) const;
-  /// Slots (a power-of-two number of 32-slot buckets).
+  /// Slots (a power-of-two number of 12-slot buckets).
   std::size_t capacity() const noexcept;
   /// Removes every key, keeping the capacity. Synchronous.
   void clear(cudaStream_t stream = nullptr);

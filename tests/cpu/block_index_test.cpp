@@ -235,19 +235,19 @@ TEST(BlockIndex, KeysCollidingOnTagAndBucketAreNotConfused) {
   SCOPED_TRACE("random seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   BlockIndexOptions options;
-  options.initial_capacity = 4 * 32;
-  options.max_capacity = 4 * 32;  // stays at 4 buckets, so the crafted places hold
-  options.max_load_factor = 0.9;
+  options.initial_capacity = 4 * detail::kBucketSlots;
+  options.max_capacity = 4 * detail::kBucketSlots;  // stays at 4 buckets: crafted places hold
+  options.max_load_factor = 0.9;                    // 43 keys: the stored keys and their twins
   options.seed = rng() | 1U;
   BlockIndex index(options);
-  ASSERT_EQ(index.capacity(), 128U);
+  ASSERT_EQ(index.capacity(), 48U);
   const detail::IndexHashKey hk = detail::make_hash_key(index.hash_seed());
   const std::uint32_t meta = detail::pack_meta(4, 2);
   // Pairs of distinct digests with the same home bucket and tag under this index's secret.
   std::vector<std::vector<BlockDigest>> by_place(4 * 256);
   std::vector<BlockDigest> stored;
   std::vector<BlockDigest> twins;
-  for (int i = 0; i < 50000 && stored.size() < 40; ++i) {
+  for (int i = 0; i < 50000 && stored.size() < 20; ++i) {
     const BlockDigest d = random_digest(rng);
     const detail::SlotPlace p =
         detail::place_of(detail::slot_hash(detail::make_slot_key(d, meta), hk), 3);
@@ -323,21 +323,21 @@ TEST(BlockIndex, MaxCapacityRejectsWholeBatchesAndChangesNothing) {
   std::mt19937_64 rng(seed);
   BlockIndexOptions options;
   options.initial_capacity = 64;
-  options.max_capacity = 1000;    // 512 slots (16 buckets) at most
-  options.max_load_factor = 0.5;  // 256 keys at most
+  options.max_capacity = 1000;    // 768 slots (64 buckets of 12) at most
+  options.max_load_factor = 0.5;  // 384 keys at most
   BlockIndex index(options);
   std::vector<BlockDigest> first;
-  for (int i = 0; i < 250; ++i) {
+  for (int i = 0; i < 378; ++i) {
     first.push_back(random_digest(rng));
   }
-  ASSERT_EQ(index.insert(1, 0, all(first)), 250U);
-  EXPECT_EQ(index.capacity(), 512U);
+  ASSERT_EQ(index.insert(1, 0, all(first)), 378U);
+  EXPECT_EQ(index.capacity(), 768U);
   std::vector<BlockDigest> too_many;
   for (int i = 0; i < 7; ++i) {
     too_many.push_back(random_digest(rng));
   }
   EXPECT_THROW(index.insert(1, 0, all(too_many)), CapacityExceeded);
-  EXPECT_EQ(index.size(), 250U);
+  EXPECT_EQ(index.size(), 378U);
   std::vector<std::uint8_t> out(too_many.size());
   index.contains(1, 0, all(too_many), out.data());
   EXPECT_EQ(std::count(out.begin(), out.end(), 1), 0) << "a rejected batch left keys behind";
@@ -347,7 +347,7 @@ TEST(BlockIndex, MaxCapacityRejectsWholeBatchesAndChangesNothing) {
     mostly_old.insert(mostly_old.end(), too_many.begin(), too_many.begin() + 6);
   }
   EXPECT_EQ(index.insert(1, 0, all(mostly_old)), 6U);
-  EXPECT_EQ(index.size(), 256U);
+  EXPECT_EQ(index.size(), 384U);
   try {
     index.insert(1, 0, span<const BlockDigest>(too_many.data() + 6, 1));
     FAIL() << "expected CapacityExceeded";
@@ -364,8 +364,8 @@ TEST(BlockIndex, MaxCapacityRejectsWholeBatchesAndChangesNothing) {
     ASSERT_EQ(index.insert(1, 1, all(churn)), 100U) << "round " << round;
     ASSERT_EQ(index.erase(1, 1, all(churn)), 100U);
   }
-  EXPECT_EQ(index.size(), 156U);
-  EXPECT_EQ(index.capacity(), 512U);
+  EXPECT_EQ(index.size(), 284U);
+  EXPECT_EQ(index.capacity(), 768U);
   for (std::size_t i = 100; i < first.size(); ++i) {
     ASSERT_TRUE(index.contains(1, 0, first[i]));
   }
@@ -425,7 +425,7 @@ TEST(BlockIndex, BadArgumentsThrowTypedErrorsAndApplyNothing) {
   bad.max_load_factor = 0.96;
   EXPECT_THROW(BlockIndex{bad}, InvalidArgument);
   bad.max_load_factor = 0.8;
-  bad.max_capacity = 31;
+  bad.max_capacity = detail::kBucketSlots - 1;
   EXPECT_THROW(BlockIndex{bad}, InvalidArgument);
   // Erasing absent keys, empty batches and clear are harmless.
   EXPECT_EQ(index.erase(0, 0, all(keys)), 0U);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bitset>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -152,22 +153,42 @@ TEST(IndexSlots, ProbeSequenceVisitsEveryBucketOnce) {
   }
 }
 
+TEST(IndexSlots, BucketHeaderIsOneLineOfTagsThenMetas) {
+  EXPECT_EQ(sizeof(BucketHeader), 64U);
+  EXPECT_EQ(alignof(BucketHeader), 64U);
+  EXPECT_EQ(offsetof(BucketHeader, tags), 0U);
+  EXPECT_EQ(offsetof(BucketHeader, metas), 16U);
+  EXPECT_EQ(kBucketLanes, 0xFFFU);
+  EXPECT_EQ(slot_of(3, 11), 47U);
+  EXPECT_EQ(bucket_of_slot(47), 3U);
+  EXPECT_EQ(lane_of_slot(47), 11);
+  // 64 / 12 + 32 bytes per slot: 46.7 bytes per key at load 0.8, under the 48-byte budget.
+  EXPECT_LE(static_cast<double>(table_bytes_of_slots(slots_of_buckets(1024))) /
+                (0.8 * static_cast<double>(slots_of_buckets(1024))),
+            48.0);
+}
+
 TEST(IndexSlots, TagMatchersAgreeWithTheLaneByLaneTwin) {
   std::mt19937_64 rng(fresh_seed());
-  alignas(32) std::uint8_t bucket[kBucketSlots];
+  BucketHeader bucket{};
   for (int trial = 0; trial < 4000; ++trial) {
-    // Few distinct values, so that matches are frequent; include the SWAR edge values.
+    // Few distinct values, so that matches are frequent; include the SWAR edge values. The
+    // spare bytes get the same values: no matcher may report them as slots.
     const std::uint8_t palette[] = {
         0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFE, 0xFF, static_cast<std::uint8_t>(rng())};
-    for (auto& t : bucket) {
+    for (auto& t : bucket.tags) {
       t = palette[rng() % (trial % 2 == 0 ? 9 : 3)];
+    }
+    for (auto& m : bucket.metas) {
+      m = static_cast<std::uint32_t>(rng());  // never read by a tag matcher
     }
     for (int tag = 0; tag < 256; tag += (trial % 16 == 0 ? 1 : 37)) {
       const auto t = static_cast<std::uint8_t>(tag);
-      const std::uint32_t expected = match_bucket_by_lanes(bucket, t);
-      ASSERT_EQ(match_bucket(load_bucket_tags(bucket), t), expected) << "tag " << tag;
+      const std::uint32_t expected = match_bucket_by_lanes(&bucket, t);
+      ASSERT_EQ(expected & ~kBucketLanes, 0U);
+      ASSERT_EQ(match_bucket(load_bucket_tags(&bucket), t), expected) << "tag " << tag;
 #if defined(__SSE2__)
-      ASSERT_EQ(match_bucket_sse2(bucket, t), expected) << "tag " << tag;
+      ASSERT_EQ(match_bucket_sse2(&bucket, t), expected) << "tag " << tag;
 #endif
     }
   }
@@ -187,34 +208,34 @@ TEST(IndexSlots, TagMatchersAgreeWithTheLaneByLaneTwin) {
 /// A small table built by hand with the shared functions, as both indexes lay it out.
 struct HandTable {
   explicit HandTable(std::uint64_t buckets)
-      : mask(buckets - 1),
-        tags(slots_of_buckets(buckets), kEmptyTag),
-        metas(slots_of_buckets(buckets), 0),
-        digests(slots_of_buckets(buckets)) {}
+      : mask(buckets - 1), headers(buckets), digests(slots_of_buckets(buckets)) {}
 
   void put(const SlotKey& key, const BlockDigest& digest, const IndexHashKey& hk) {
     const SlotPlace p = place_of(slot_hash(key, hk), mask);
     for (std::uint64_t i = 0; i <= mask; ++i) {
-      const std::uint64_t base = probe_bucket(p, i, mask) << kBucketShift;
-      const std::uint32_t empty = match_bucket(load_bucket_tags(&tags[base]), kEmptyTag);
+      const std::uint64_t bucket = probe_bucket(p, i, mask);
+      BucketHeader& header = headers[bucket];
+      const std::uint32_t empty = match_bucket(load_bucket_tags(&header), kEmptyTag);
       if (empty != 0) {
-        const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(empty));
-        tags[slot] = p.tag;
-        metas[slot] = static_cast<std::uint32_t>(key.meta);
-        digests[slot] = digest;
+        const int lane = lowest_bit(empty);
+        header.tags[lane] = p.tag;
+        header.metas[lane] = static_cast<std::uint32_t>(key.meta);
+        digests[slot_of(bucket, lane)] = digest;
         return;
       }
     }
     FAIL() << "hand table full";
   }
   std::int64_t find(const SlotKey& key, const IndexHashKey& hk) const {
-    return find_slot(tags.data(), metas.data(), digests.data(), mask, key,
-                     place_of(slot_hash(key, hk), mask));
+    return find_slot(headers.data(), digests.data(), mask, key, place_of(slot_hash(key, hk), mask));
+  }
+  std::uint8_t& tag(std::int64_t slot) {
+    return headers[bucket_of_slot(static_cast<std::uint64_t>(slot))]
+        .tags[lane_of_slot(static_cast<std::uint64_t>(slot))];
   }
 
   std::uint64_t mask;
-  std::vector<std::uint8_t> tags;
-  std::vector<std::uint32_t> metas;
+  std::vector<BucketHeader> headers;  // value-initialised: every slot empty
   std::vector<BlockDigest> digests;
 };
 
@@ -272,10 +293,10 @@ TEST(IndexSlots, FindSlotFollowsFullBucketsAndStopsAtEmptyOnes) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const IndexHashKey hk = make_hash_key(seed);
-  // Two buckets, 60 keys: overflow from full home buckets must stay findable.
+  // Two buckets, 22 of 24 slots: overflow from full home buckets must stay findable.
   HandTable table(2);
   std::vector<BlockDigest> keys;
-  for (int i = 0; i < 60; ++i) {
+  for (int i = 0; i < 22; ++i) {
     keys.push_back(random_digest(rng));
     table.put(make_slot_key(keys.back(), 5), keys.back(), hk);
   }
@@ -289,8 +310,8 @@ TEST(IndexSlots, FindSlotFollowsFullBucketsAndStopsAtEmptyOnes) {
   for (std::size_t i = 0; i < keys.size(); i += 2) {
     const std::int64_t slot = table.find(make_slot_key(keys[i], 5), hk);
     ASSERT_GE(slot, 0);
-    const std::uint64_t base = (static_cast<std::uint64_t>(slot) >> kBucketShift) << kBucketShift;
-    table.tags[static_cast<std::size_t>(slot)] = erased_tag(load_bucket_tags(&table.tags[base]));
+    const BucketHeader& header = table.headers[bucket_of_slot(static_cast<std::uint64_t>(slot))];
+    table.tag(slot) = erased_tag(load_bucket_tags(&header));
   }
   for (std::size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(table.find(make_slot_key(keys[i], 5), hk) >= 0, i % 2 == 1) << "key " << i;
@@ -298,33 +319,38 @@ TEST(IndexSlots, FindSlotFollowsFullBucketsAndStopsAtEmptyOnes) {
 }
 
 TEST(IndexSlots, ErasedTagIsEmptyOnlyInBucketsThatStillHaveAnEmptySlot) {
-  alignas(32) std::uint8_t bucket[kBucketSlots];
-  std::fill(bucket, bucket + kBucketSlots, std::uint8_t{9});
-  EXPECT_EQ(erased_tag(load_bucket_tags(bucket)), kTombstoneTag);
-  bucket[31] = kTombstoneTag;
-  EXPECT_EQ(erased_tag(load_bucket_tags(bucket)), kTombstoneTag);
-  bucket[17] = kEmptyTag;
-  EXPECT_EQ(erased_tag(load_bucket_tags(bucket)), kEmptyTag);
+  BucketHeader bucket{};  // spare tag bytes zero, as in a table: they must not count as empty
+  std::fill(bucket.tags, bucket.tags + kBucketSlots, std::uint8_t{9});
+  EXPECT_EQ(erased_tag(load_bucket_tags(&bucket)), kTombstoneTag);
+  bucket.tags[11] = kTombstoneTag;
+  EXPECT_EQ(erased_tag(load_bucket_tags(&bucket)), kTombstoneTag);
+  bucket.tags[7] = kEmptyTag;
+  EXPECT_EQ(erased_tag(load_bucket_tags(&bucket)), kEmptyTag);
 }
 
 TEST(IndexSlots, CapacityPolicy) {
   EXPECT_EQ(load_limit(1000, 0.8), 800U);
   EXPECT_EQ(buckets_for_keys(0, 0.8), 1U);
-  EXPECT_EQ(buckets_for_keys(25, 0.8), 1U);  // 32 slots hold 25 keys at 0.8
-  EXPECT_EQ(buckets_for_keys(26, 0.8), 2U);
-  EXPECT_EQ(buckets_for_keys(100'000'000, 0.8), std::uint64_t{1} << 22);
-  EXPECT_EQ(max_buckets_for(32), 1U);
-  EXPECT_EQ(max_buckets_for(100), 2U);
-  EXPECT_EQ(max_buckets_for(128), 4U);
+  EXPECT_EQ(buckets_for_keys(9, 0.8), 1U);  // 12 slots hold 9 keys at 0.8
+  EXPECT_EQ(buckets_for_keys(10, 0.8), 2U);
+  EXPECT_EQ(buckets_for_keys(100'000'000, 0.8), std::uint64_t{1} << 24);
+  EXPECT_EQ(max_buckets_for(12), 1U);
+  EXPECT_EQ(max_buckets_for(47), 2U);
+  EXPECT_EQ(max_buckets_for(48), 4U);
   EXPECT_EQ(max_buckets_for(0), std::uint64_t{1} << 58);
+  EXPECT_EQ(buckets_for_slots(0, 1024), 1U);
+  EXPECT_EQ(buckets_for_slots(12, 1024), 1U);
+  EXPECT_EQ(buckets_for_slots(13, 1024), 2U);
+  EXPECT_EQ(buckets_for_slots(1000, 1024), 128U);
+  EXPECT_EQ(buckets_for_slots(1000, 64), 64U);
   // Growth doubles at least; a same-size plan drops tombstones; over the maximum: 0.
-  EXPECT_EQ(plan_buckets(30, 1, 1024, 0.8), 2U);
-  EXPECT_EQ(plan_buckets(300, 1, 1024, 0.8), 16U);
+  EXPECT_EQ(plan_buckets(12, 1, 1024, 0.8), 2U);
+  EXPECT_EQ(plan_buckets(120, 1, 1024, 0.8), 16U);
   EXPECT_EQ(plan_buckets(20, 4, 1024, 0.8), 4U);
-  EXPECT_EQ(plan_buckets(60, 2, 4, 0.8), 4U);
-  EXPECT_EQ(plan_buckets(30, 1, 2, 0.8), 2U);
-  EXPECT_EQ(plan_buckets(200, 1, 4, 0.8), 0U);
-  EXPECT_EQ(plan_buckets(60, 1, 3, 0.8), 0U);
+  EXPECT_EQ(plan_buckets(30, 2, 4, 0.8), 4U);
+  EXPECT_EQ(plan_buckets(12, 1, 2, 0.8), 2U);
+  EXPECT_EQ(plan_buckets(80, 1, 4, 0.8), 0U);
+  EXPECT_EQ(plan_buckets(30, 1, 3, 0.8), 0U);
 }
 
 }  // namespace

@@ -158,8 +158,8 @@ TEST(Isolation, NamespaceTwinsWithTheSameTagAndBucketNeverHit) {
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
   const Coordinator c = single_group();
-  BlockIndex index = fixed_table(rng, 4 * 32);
-  ASSERT_EQ(index.capacity(), 128U);
+  BlockIndex index = fixed_table(rng, 4 * detail::kBucketSlots);
+  ASSERT_EQ(index.capacity(), 48U);
   std::vector<BlockDigest> chain;
   while (chain.size() < 12) {
     const BlockDigest d = random_digest(rng);
@@ -180,7 +180,7 @@ TEST(Isolation, GroupTwinsWithTheSameTagAndBucketNeverHit) {
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
   const Coordinator c = two_merged_groups();
-  BlockIndex index = fixed_table(rng, 4 * 32);
+  BlockIndex index = fixed_table(rng, 4 * detail::kBucketSlots);
   std::vector<BlockDigest> chain;
   while (chain.size() < 12) {
     const BlockDigest d = random_digest(rng);
@@ -201,7 +201,7 @@ TEST(Isolation, DigestTwinsDifferingInOneWordNeverHit) {
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
   const Coordinator c = single_group();
-  BlockIndex index = fixed_table(rng, 4 * 32);
+  BlockIndex index = fixed_table(rng, 4 * detail::kBucketSlots);
   const std::vector<BlockDigest> stored = random_hashes(rng, 8);
   index.insert(9, 0, stored);
   ASSERT_EQ(hit(c, stored, index.view(9)), 8 * 16);
@@ -239,21 +239,21 @@ TEST(Isolation, ABulkInsertPastMaxCapacityChangesNothing) {
   std::mt19937_64 rng(seed);
   const Coordinator c = single_group();
   BlockIndexOptions options;
-  options.initial_capacity = 64;
-  options.max_capacity = 64;  // 2 buckets at load factor 0.8: at most 51 keys
+  options.initial_capacity = 48;
+  options.max_capacity = 48;  // 4 buckets at load factor 0.8: at most 38 keys
   BlockIndex index(options);
-  const std::vector<BlockDigest> first = random_hashes(rng, 40);
-  ASSERT_EQ(index.insert(0, 0, first), 40U);
+  const std::vector<BlockDigest> first = random_hashes(rng, 30);
+  ASSERT_EQ(index.insert(0, 0, first), 30U);
   const std::set<Key> before = contents(index);
   const std::vector<BlockDigest> more = random_hashes(rng, 20);
   try {
     index.insert(0, 0, more);
-    ADD_FAILURE() << "20 more keys fit under max_capacity 64";
+    ADD_FAILURE() << "20 more keys fit under max_capacity 48";
   } catch (const CapacityExceeded& e) {
     EXPECT_NE(std::string(e.what()).find("max_capacity"), std::string::npos) << e.what();
   }
   EXPECT_EQ(contents(index), before) << "a failed bulk insert applied some keys";
-  EXPECT_EQ(hit(c, first, index.view(0)), 40 * 16);
+  EXPECT_EQ(hit(c, first, index.view(0)), 30 * 16);
   EXPECT_EQ(hit(c, more, index.view(0)), 0);
   // Per-key group ids: the same all-or-nothing rule.
   std::vector<std::int32_t> groups(more.size(), 1);
@@ -263,7 +263,7 @@ TEST(Isolation, ABulkInsertPastMaxCapacityChangesNothing) {
   std::vector<BlockDigest> mixed = first;
   mixed.insert(mixed.end(), more.begin(), more.begin() + 5);
   EXPECT_EQ(index.insert(0, 0, mixed), 5U);
-  EXPECT_EQ(index.size(), 45U);
+  EXPECT_EQ(index.size(), 35U);
 }
 
 TEST(Isolation, AnUnboundedIndexGrowsAndLosesNoKey) {

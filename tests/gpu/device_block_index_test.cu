@@ -199,11 +199,11 @@ TEST(DeviceBlockIndex, CrowdedConcurrentErasesLoseNothing) {
   SCOPED_TRACE("random seed " + std::to_string(seed) + " (rerun with it to reproduce)");
   std::mt19937_64 rng(seed);
   DeviceBlockIndexOptions options;
-  options.initial_capacity = 32;
-  options.max_capacity = 32;  // one bucket: every eraser shares its eight tag words
+  options.initial_capacity = detail::kBucketSlots;
+  options.max_capacity = detail::kBucketSlots;  // one bucket: erasers share its 3 tag words
   options.max_load_factor = 0.9;
   DeviceBlockIndex index(options);
-  constexpr std::size_t kKeys = 28;  // 28 of 32 slots: 3-4 live tags per word
+  constexpr std::size_t kKeys = 10;  // 10 of 12 slots: 3-4 live tags per word
   for (int round = 0; round < 40; ++round) {
     std::vector<BlockDigest> keys;
     for (std::size_t i = 0; i < kKeys; ++i) {
@@ -239,18 +239,18 @@ TEST(DeviceBlockIndex, KeysCollidingOnTagAndBucketAreNotConfused) {
   SCOPED_TRACE("random seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   DeviceBlockIndexOptions options;
-  options.initial_capacity = 4 * 32;
-  options.max_capacity = 4 * 32;  // stays at 4 buckets, so the crafted places hold
-  options.max_load_factor = 0.9;
+  options.initial_capacity = 4 * detail::kBucketSlots;
+  options.max_capacity = 4 * detail::kBucketSlots;  // stays at 4 buckets: crafted places hold
+  options.max_load_factor = 0.9;                    // 43 keys: the stored keys and their twins
   options.seed = rng() | 1U;
   DeviceBlockIndex index(options);
-  ASSERT_EQ(index.capacity(), 128U);
+  ASSERT_EQ(index.capacity(), 48U);
   const detail::IndexHashKey hk = detail::make_hash_key(index.hash_seed());
   const std::uint32_t meta = detail::pack_meta(4, 2);
   std::vector<std::vector<BlockDigest>> by_place(4 * 256);
   std::vector<BlockDigest> stored;
   std::vector<BlockDigest> twins;
-  for (int i = 0; i < 50000 && stored.size() < 40; ++i) {
+  for (int i = 0; i < 50000 && stored.size() < 20; ++i) {
     const BlockDigest d = random_digest(rng);
     const detail::SlotPlace p =
         detail::place_of(detail::slot_hash(detail::make_slot_key(d, meta), hk), 3);
@@ -312,22 +312,22 @@ TEST(DeviceBlockIndex, MaxCapacityRejectsWholeBatchesAndChangesNothing) {
   std::mt19937_64 rng(fresh_seed());
   DeviceBlockIndexOptions options;
   options.initial_capacity = 64;
-  options.max_capacity = 1000;    // 512 slots at most
-  options.max_load_factor = 0.5;  // 256 keys at most
+  options.max_capacity = 1000;    // 768 slots (64 buckets of 12) at most
+  options.max_load_factor = 0.5;  // 384 keys at most
   DeviceBlockIndex index(options);
   std::vector<BlockDigest> first;
-  for (int i = 0; i < 250; ++i) {
+  for (int i = 0; i < 378; ++i) {
     first.push_back(random_digest(rng));
   }
   DeviceArray<BlockDigest> d_first(first);
-  ASSERT_EQ(index.insert(1, 0, d_first.get(), first.size()), 250U);
+  ASSERT_EQ(index.insert(1, 0, d_first.get(), first.size()), 378U);
   std::vector<BlockDigest> too_many;
   for (int i = 0; i < 7; ++i) {
     too_many.push_back(random_digest(rng));
   }
   DeviceArray<BlockDigest> d_too_many(too_many);
   EXPECT_THROW(index.insert(1, 0, d_too_many.get(), too_many.size()), CapacityExceeded);
-  EXPECT_EQ(index.size(), 250U);
+  EXPECT_EQ(index.size(), 378U);
   std::vector<std::uint8_t> out = device_contains(index, 1, 0, too_many);
   EXPECT_EQ(std::count(out.begin(), out.end(), 1), 0) << "a rejected batch left keys behind";
   // Many duplicates of old keys plus 6 new ones fit exactly.
@@ -337,7 +337,7 @@ TEST(DeviceBlockIndex, MaxCapacityRejectsWholeBatchesAndChangesNothing) {
   }
   DeviceArray<BlockDigest> d_mostly_old(mostly_old);
   EXPECT_EQ(index.insert(1, 0, d_mostly_old.get(), mostly_old.size()), 6U);
-  EXPECT_EQ(index.size(), 256U);
+  EXPECT_EQ(index.size(), 384U);
   // Churn at the limit (tombstones) never throws and never loses a key.
   EXPECT_EQ(index.erase(1, 0, d_first.get(), 100), 100U);
   for (int round = 0; round < 30; ++round) {
@@ -349,9 +349,9 @@ TEST(DeviceBlockIndex, MaxCapacityRejectsWholeBatchesAndChangesNothing) {
     ASSERT_EQ(index.insert(1, 1, d_churn.get(), churn.size()), 100U) << "round " << round;
     ASSERT_EQ(index.erase(1, 1, d_churn.get(), churn.size()), 100U);
   }
-  EXPECT_EQ(index.size(), 156U);
+  EXPECT_EQ(index.size(), 284U);
   out = device_contains(index, 1, 0, std::vector<BlockDigest>(first.begin() + 100, first.end()));
-  EXPECT_EQ(std::count(out.begin(), out.end(), 1), 150);
+  EXPECT_EQ(std::count(out.begin(), out.end(), 1), 278);
 }
 
 __global__ void probe_with_ref(DeviceBlockIndexRef ref, Namespace ns, const int* groups,
@@ -520,7 +520,7 @@ TEST(DeviceBlockIndex, CallerAllocatorIsUsedAndFailuresLeaveTheIndexIntact) {
     options.initial_capacity = 64;
     options.allocator = counting.make();
     DeviceBlockIndex index(options);
-    EXPECT_GE(counting.allocations, 4);  // counters + tags + metas + digests
+    EXPECT_GE(counting.allocations, 3);  // counters + bucket headers + digests
     std::vector<BlockDigest> keys;
     for (int i = 0; i < 40; ++i) {
       keys.push_back(random_digest(rng));

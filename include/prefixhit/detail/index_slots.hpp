@@ -1,11 +1,12 @@
 // The slot logic of the block indexes, written once for the CPU BlockIndex and the CUDA
 // DeviceBlockIndex (PREFIXHIT_HD), so that the CPU tests exercise exactly what the kernels run.
 //
-// Layout shared by both indexes (structure of arrays, docs/design/device-index.md):
-//   tags[slot]    1 byte: kEmptyTag, kTombstoneTag, kBusyTag (GPU insert in flight) or a live tag
-//   metas[slot]   4 bytes: the packed (namespace, group id, digest width) word of the key
-//   digests[slot] 32 bytes: the full block digest
-// Slots form buckets of kBucketSlots consecutive slots; a bucket's 32 tags are one 32-byte sector.
+// Layout shared by both indexes (docs/design/device-index.md, "One line per probe"):
+//   headers[bucket]  64 bytes, one cache line: the 12 slots' tags (kEmptyTag, kTombstoneTag,
+//                    kBusyTag = GPU insert in flight, or a live tag), 4 spare bytes, and the 12
+//                    slots' meta words (the packed namespace, group id and digest width)
+//   digests[slot]    32 bytes: the full block digest; slot = bucket * kBucketSlots + lane
+// One header line decides a miss (tag and meta); a hit reads the header and the digest.
 // A key's probe sequence visits buckets b0, b0+s, b0+2s, ... (mod the power-of-two bucket count)
 // with an odd stride s (double hashing), so it visits every bucket once. A lookup stops at the
 // first bucket that still has an empty slot. A hit needs an equal tag, an equal meta word and all
@@ -26,8 +27,9 @@
 
 namespace prefixhit::detail {
 
-inline constexpr int kBucketSlots = 32;
-inline constexpr int kBucketShift = 5;
+inline constexpr int kBucketSlots = 12;
+/// The lanes of a match mask that are slots (the header's 4 spare tag bytes are never slots).
+inline constexpr std::uint32_t kBucketLanes = (1U << kBucketSlots) - 1;
 /// Group ids a block index accepts: 0 .. kIndexMaxGroups-1.
 inline constexpr int kIndexMaxGroups = kMaxGroups;
 inline constexpr std::uint32_t kIndexMaxNamespace = (1U << 24) - 1;
@@ -51,6 +53,15 @@ struct SlotKey {
   std::uint64_t w[4];
   std::uint64_t meta;
 };
+
+/// A bucket's header, one 64-byte line: what a probe reads first. Tag bytes 12-15 are spare
+/// (zero, and masked out of every match), so the tags read as two 8-byte words or one 16-byte
+/// vector; the GPU claims and publishes a slot with a CAS on the 32-bit word holding its tag.
+struct alignas(64) BucketHeader {
+  std::uint8_t tags[16];
+  std::uint32_t metas[kBucketSlots];
+};
+static_assert(sizeof(BucketHeader) == 64, "a bucket header is one cache line");
 
 /// Where a key goes: its hash, tag, home bucket and probe stride.
 struct SlotPlace {
@@ -185,46 +196,53 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t match_byte8(std::uint64_t tags,
   return static_cast<std::uint32_t>(((zero_bytes >> 7) * 0x0102040810204080ULL) >> 56);
 }
 
-/// The 32 tags of one bucket as four little-endian words.
+/// The 16 tag bytes of one bucket header (12 slots, 4 spare) as two little-endian words.
 struct BucketTags {
-  std::uint64_t w[4];
+  std::uint64_t w[2];
 };
 
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE BucketTags load_bucket_tags(const std::uint8_t* bucket_tags) {
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE BucketTags load_bucket_tags(const BucketHeader* header) {
   BucketTags t;
-  std::memcpy(t.w, bucket_tags, sizeof(t.w));
+  std::memcpy(t.w, header->tags, sizeof(t.w));
   return t;
 }
 
-/// Bit j set iff slot j of the bucket holds `tag`.
+/// Bit j set iff slot j of the bucket holds `tag` (j < kBucketSlots; spare bytes never match).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t match_bucket(const BucketTags& t,
                                                               std::uint8_t tag) {
-  return match_byte8(t.w[0], tag) | (match_byte8(t.w[1], tag) << 8) |
-         (match_byte8(t.w[2], tag) << 16) | (match_byte8(t.w[3], tag) << 24);
+  return (match_byte8(t.w[0], tag) | (match_byte8(t.w[1], tag) << 8)) & kBucketLanes;
 }
 
 /// The reference twin of match_bucket and of the warp path: one "lane" per slot, as a warp
-/// ballot computes it. Tests check that every fast path agrees with it.
-PREFIXHIT_HD inline std::uint32_t match_bucket_by_lanes(const std::uint8_t* bucket_tags,
+/// ballot over kBucketSlots lanes computes it. Tests check that every fast path agrees with it.
+PREFIXHIT_HD inline std::uint32_t match_bucket_by_lanes(const BucketHeader* header,
                                                         std::uint8_t tag) {
   std::uint32_t mask = 0;
   for (int lane = 0; lane < kBucketSlots; ++lane) {
-    mask |= static_cast<std::uint32_t>(bucket_tags[lane] == tag) << lane;
+    mask |= static_cast<std::uint32_t>(header->tags[lane] == tag) << lane;
   }
   return mask;
 }
 
 #if !PREFIXHIT_DEVICE_CODE && defined(__SSE2__)
-/// The CPU fast path of match_bucket: two 16-byte SSE2 compares. Host only.
-inline std::uint32_t match_bucket_sse2(const std::uint8_t* bucket_tags, std::uint8_t tag) {
+/// The CPU fast path of match_bucket: one 16-byte SSE2 compare. Host only.
+inline std::uint32_t match_bucket_sse2(const BucketHeader* header, std::uint8_t tag) {
   const __m128i needle = _mm_set1_epi8(static_cast<char>(tag));
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bucket_tags));
-  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bucket_tags + 16));
-  const auto lo_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(lo, needle)));
-  const auto hi_mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(hi, needle)));
-  return lo_mask | (hi_mask << 16);
+  const __m128i tags = _mm_load_si128(reinterpret_cast<const __m128i*>(header->tags));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(tags, needle))) & kBucketLanes;
 }
 #endif
+
+/// The slot of lane `lane` of bucket `bucket`, and back.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_of(std::uint64_t bucket, int lane) {
+  return bucket * kBucketSlots + static_cast<std::uint64_t>(lane);
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t bucket_of_slot(std::uint64_t slot) {
+  return slot / kBucketSlots;
+}
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lane_of_slot(std::uint64_t slot) {
+  return static_cast<int>(slot % kBucketSlots);
+}
 
 /// Index of the lowest set bit (mask != 0).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lowest_bit(std::uint32_t mask) {
@@ -256,34 +274,41 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool slot_key_equal(const SlotKey& key,
 /// index supplies its own policy (vector loads through the read-only cache) with the same
 /// meaning, so the probe loop itself exists once.
 struct PlainSlotLoads {
-  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE BucketTags tags(const std::uint8_t* bucket_tags) {
-    return load_bucket_tags(bucket_tags);
+  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE BucketTags tags(const BucketHeader* header) {
+    return load_bucket_tags(header);
+  }
+  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE std::uint32_t meta(const BucketHeader* header,
+                                                               int lane) {
+    return header->metas[lane];
   }
   PREFIXHIT_HD static PREFIXHIT_FORCEINLINE void digest(const BlockDigest* digest,
                                                         std::uint64_t (&out)[4]) {
     std::memcpy(out, digest, sizeof(out));
   }
-  PREFIXHIT_HD static PREFIXHIT_FORCEINLINE std::uint32_t meta(const std::uint32_t* meta) {
-    return *meta;
-  }
 };
 
-/// Looks a key up in a table without concurrent writers (tags, metas, digests as above).
-/// Returns the slot or -1. Probes at most every bucket once.
+/// Looks a key up in a table without concurrent writers (headers and digests as above).
+/// Returns the slot or -1. Probes at most every bucket once. A candidate needs an equal tag and
+/// an equal meta word, both in the header line, before its digest line is read.
 template <class Loads>
-PREFIXHIT_HD inline std::int64_t find_slot_with(const std::uint8_t* tags,
-                                                const std::uint32_t* metas,
+PREFIXHIT_HD inline std::int64_t find_slot_with(const BucketHeader* headers,
                                                 const BlockDigest* digests,
                                                 std::uint64_t bucket_mask, const SlotKey& key,
                                                 const SlotPlace& place) {
   for (std::uint64_t i = 0; i <= bucket_mask; ++i) {
-    const std::uint64_t base = probe_bucket(place, i, bucket_mask) << kBucketShift;
-    const BucketTags t = Loads::tags(tags + base);
+    const std::uint64_t bucket = probe_bucket(place, i, bucket_mask);
+    const BucketHeader* header = headers + bucket;
+    const BucketTags t = Loads::tags(header);
     for (std::uint32_t c = match_bucket(t, place.tag); c != 0; c &= c - 1) {
-      const std::uint64_t slot = base + static_cast<std::uint64_t>(lowest_bit(c));
+      const int lane = lowest_bit(c);
+      const std::uint32_t stored_meta = Loads::meta(header, lane);
+      if (stored_meta != key.meta) {
+        continue;  // decided by the header line alone
+      }
+      const std::uint64_t slot = slot_of(bucket, lane);
       std::uint64_t stored[4];
       Loads::digest(digests + slot, stored);
-      if (slot_words_equal(key, stored, Loads::meta(metas + slot))) {
+      if (slot_words_equal(key, stored, stored_meta)) {
         return static_cast<std::int64_t>(slot);
       }
     }
@@ -294,10 +319,10 @@ PREFIXHIT_HD inline std::int64_t find_slot_with(const std::uint8_t* tags,
   return -1;
 }
 
-PREFIXHIT_HD inline std::int64_t find_slot(const std::uint8_t* tags, const std::uint32_t* metas,
-                                           const BlockDigest* digests, std::uint64_t bucket_mask,
-                                           const SlotKey& key, const SlotPlace& place) {
-  return find_slot_with<PlainSlotLoads>(tags, metas, digests, bucket_mask, key, place);
+PREFIXHIT_HD inline std::int64_t find_slot(const BucketHeader* headers, const BlockDigest* digests,
+                                           std::uint64_t bucket_mask, const SlotKey& key,
+                                           const SlotPlace& place) {
+  return find_slot_with<PlainSlotLoads>(headers, digests, bucket_mask, key, place);
 }
 
 /// What an erase writes into a found slot. A bucket that still has an empty slot has never been
@@ -312,7 +337,23 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint8_t erased_tag(const BucketTags& buc
 
 /// Slots of a table of `buckets` buckets.
 inline constexpr std::uint64_t slots_of_buckets(std::uint64_t buckets) {
-  return buckets << kBucketShift;
+  return buckets * kBucketSlots;
+}
+
+/// Bytes of a table of `slots` slots: a 64-byte header per bucket and a digest per slot
+/// (37.33 bytes per slot, 46.7 per key at load 0.8).
+inline constexpr std::uint64_t table_bytes_of_slots(std::uint64_t slots) {
+  return slots / kBucketSlots * sizeof(BucketHeader) + slots * sizeof(BlockDigest);
+}
+
+/// The power-of-two bucket count that holds at least `slots` slots (>= 1), capped at `max_buckets`.
+inline std::uint64_t buckets_for_slots(std::uint64_t slots, std::uint64_t max_buckets) {
+  const std::uint64_t wanted = (slots + kBucketSlots - 1) / kBucketSlots;
+  std::uint64_t buckets = 1;
+  while (buckets < wanted && buckets < max_buckets) {
+    buckets <<= 1;
+  }
+  return buckets;
 }
 
 /// The most live keys a table of `slots` slots may hold at `max_load_factor`.
@@ -335,7 +376,7 @@ inline std::uint64_t max_buckets_for(std::uint64_t max_slots) {
     return std::uint64_t{1} << 58;
   }
   std::uint64_t buckets = 1;
-  // Capped at 2^58 buckets: past it the slot count (buckets << 5) would wrap around.
+  // Capped at 2^58 buckets: far past it the slot count (buckets * 12) would wrap around.
   while (buckets < (std::uint64_t{1} << 58) && slots_of_buckets(buckets << 1) <= max_slots) {
     buckets <<= 1;
   }

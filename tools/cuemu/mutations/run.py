@@ -6,6 +6,7 @@ given emulation build folder, run them under round-robin and under random schedu
 --asan-build, under ASan+UBSan), record whether the suite caught it and how, then restore the
 file. Prints a markdown table. Usage (from the repository root):
   tools/cuemu/mutations/run.py build/emu [--asan-build build/emu-asan] [--only NAME] [--seeds 1,2]
+                               [--timeout SECONDS]
 """
 import argparse
 import json
@@ -54,6 +55,8 @@ def main():
     ap.add_argument("--only")
     ap.add_argument("--seeds", default="11")
     ap.add_argument("--filter", help="gtest filter (default: each mutation's own)")
+    ap.add_argument("--timeout", type=int, default=900,
+                    help="seconds before a test run counts as a hang (default 900)")
     args = ap.parse_args()
     muts = json.load(open(os.path.join(HERE, "mutations.json")))
     rows = []
@@ -82,7 +85,7 @@ def main():
                                      "CUEMU_RESIDENT_BLOCKS": "4"}) for s in args.seeds.split(",")]
                 for label, env in schedules:
                     rc, out = run([exe, "--gtest_brief=1", f"--gtest_filter={args.filter or m['filter']}"],
-                                  env=dict(base, **env))
+                                  env=dict(base, **env), timeout=args.timeout)
                     tag = "asan " if extra else ""
                     results.append(f"{tag}{label}: {verdict(rc, out)}")
         finally:

@@ -1,0 +1,364 @@
+// The CPU BlockIndex's implementation (internal to host/block_index.cpp): the table, its counts
+// and lock, and the probe, insert and erase pipelines over the slot logic shared with the GPU
+// index (detail/index_slots.hpp). A lookup prefetches a key's header line, decides on its tags
+// and meta words, then prefetches the candidate's digest line.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "host/block_index_table.hpp"
+#include "prefixhit/block_index.hpp"
+#include "prefixhit/detail/index_slots.hpp"
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit {
+
+struct BlockIndex::Impl {
+  BlockIndexOptions options;
+  std::uint64_t seed = 0;
+  detail::IndexHashKey hash_key{};
+  std::uint64_t max_buckets = 0;
+
+  mutable std::shared_mutex mutex;
+  cpu_index::Table table;
+  std::uint64_t live = 0;
+  std::uint64_t tombstones = 0;
+  // Mirrors for the lock-free noexcept accessors.
+  std::atomic<std::uint64_t> live_mirror{0};
+  std::atomic<std::uint64_t> used_mirror{0};
+  std::atomic<std::uint64_t> capacity_mirror{0};
+
+  void publish_counts() {
+    live_mirror.store(live, std::memory_order_relaxed);
+    used_mirror.store(live + tombstones, std::memory_order_relaxed);
+    capacity_mirror.store(table.slots(), std::memory_order_relaxed);
+  }
+
+  detail::SlotPlace place(const detail::SlotKey& key) const {
+    return detail::place_of(detail::slot_hash(key, hash_key), table.bucket_mask);
+  }
+
+  std::int64_t find(const detail::SlotKey& key) const {
+    return detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask, key,
+                             place(key));
+  }
+
+  /// The home-bucket answer of a key whose header line is in cache: found, or not found and
+  /// decided (the bucket has an empty slot), or undecided (a full bucket: the key may lie
+  /// further along its sequence, find_slot follows it).
+  bool home_answer(const detail::SlotKey& key, const detail::SlotPlace& p,
+                   std::uint32_t candidates) const {
+    const detail::BucketHeader* header = table.headers.get() + p.bucket;
+    const BlockDigest* digests = table.digests.get();
+    for (std::uint32_t c = candidates; c != 0; c &= c - 1) {
+      const int lane = __builtin_ctz(c);
+      if (detail::slot_key_equal(key, digests[detail::slot_of(p.bucket, lane)],
+                                 header->metas[lane])) {
+        return true;
+      }
+    }
+    if (cpu_index::match_tags(header, detail::kEmptyTag) == 0) {
+      return detail::find_slot(table.headers.get(), digests, table.bucket_mask, key, p) >= 0;
+    }
+    return false;
+  }
+
+  /// Prefetches the digest line of a key's first candidate in its home bucket (header in cache).
+  std::uint32_t match_and_prefetch(const detail::SlotKey& key, const detail::SlotPlace& p) const {
+    const std::uint32_t c = cpu_index::candidates_of(table.headers.get() + p.bucket, p.tag, key);
+    if (c != 0) {
+      cpu_index::prefetch(table.digests.get() + detail::slot_of(p.bucket, __builtin_ctz(c)));
+    }
+    return c;
+  }
+
+  /// Answers up to 64 keys: hashes them all, prefetches their home bucket headers, then the
+  /// digest of the first candidate of each, then compares; bit k of the result is key k's answer.
+  template <class KeyAt>
+  std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
+    detail::SlotKey keys[64];
+    detail::SlotPlace places[64];
+    std::uint32_t candidates[64];
+    const detail::BucketHeader* headers = table.headers.get();
+    for (int k = 0; k < count; ++k) {
+      keys[k] = key_at(k);
+      places[k] = place(keys[k]);
+      cpu_index::prefetch(headers + places[k].bucket);
+    }
+    for (int k = 0; k < count; ++k) {
+      candidates[k] = match_and_prefetch(keys[k], places[k]);
+    }
+    std::uint64_t bits = 0;
+    for (int k = 0; k < count; ++k) {
+      bits |= static_cast<std::uint64_t>(home_answer(keys[k], places[k], candidates[k])) << k;
+    }
+    return bits;
+  }
+
+  /// Answers the keys key_at(0 .. n-1) through emit(i, found), in order, as a software
+  /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
+  /// hashed and its home bucket's header line prefetched, key i-kTagAhead's header is matched
+  /// (tag and meta) and its first candidate's digest line prefetched, and key i-kLead is
+  /// compared. Stages a fixed distance apart keep a steady number of misses in flight (about
+  /// kTagAhead + kSlotAhead lines); a miss usually needs only the header line.
+  template <class KeyAt, class Prefetch, class Emit>
+  void lookup_stream(std::size_t n, const KeyAt& key_at, const Prefetch& prefetch_source,
+                     const Emit& emit) const {
+    constexpr std::size_t kTagAhead = 10;   // header requested this many keys before its match
+    constexpr std::size_t kSlotAhead = 10;  // digest requested this many keys before compare
+    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
+    constexpr std::size_t kRing = 32;  // > kLead, a power of two
+    static_assert(kLead < kRing, "ring too small");
+    struct Pending {
+      detail::SlotKey key;
+      detail::SlotPlace place;
+      std::uint32_t candidates;
+    };
+    Pending ring[kRing];
+    const detail::BucketHeader* headers = table.headers.get();
+    for (std::size_t i = 0; i < n + kLead; ++i) {
+      // Stage 0: the caller's digest of a key further ahead (often out of cache too).
+      if (i + kLead < n) {
+        prefetch_source(i + kLead);
+      }
+      // Stage 1: hash key i, cpu_index::prefetch its home bucket's header.
+      if (i < n) {
+        Pending& p = ring[i % kRing];
+        p.key = key_at(i);
+        p.place = place(p.key);
+        cpu_index::prefetch(headers + p.place.bucket);
+      }
+      // Stage 2: match key i-kTagAhead's header, cpu_index::prefetch its first candidate's digest.
+      if (i >= kTagAhead && i - kTagAhead < n) {
+        Pending& p = ring[(i - kTagAhead) % kRing];
+        p.candidates = match_and_prefetch(p.key, p.place);
+      }
+      // Stage 3: compare key i-kLead against its candidates.
+      if (i >= kLead) {
+        const std::size_t k = i - kLead;
+        const Pending& p = ring[k % kRing];
+        emit(k, home_answer(p.key, p.place, p.candidates));
+      }
+    }
+  }
+
+  template <class KeyAt>
+  void lookup_many(std::size_t n, const KeyAt& key_at, const BlockDigest* sources,
+                   std::uint8_t* out) const {
+    lookup_stream(
+        n, key_at, [&](std::size_t i) { cpu_index::prefetch(sources + i); },
+        [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
+  }
+
+  /// Writes a key into lane `lane` of `bucket`: meta and digest, then the tag.
+  static void store_slot(cpu_index::Table& t, std::uint64_t bucket, int lane,
+                         const detail::SlotKey& key, std::uint8_t tag, const BlockDigest& digest) {
+    detail::BucketHeader& header = t.headers.get()[bucket];
+    header.metas[lane] = static_cast<std::uint32_t>(key.meta);
+    t.digests.get()[detail::slot_of(bucket, lane)] = digest;
+    header.tags[lane] = tag;
+  }
+
+  /// Places a key known to be absent into the first free slot of its sequence (rehash).
+  static void place_new(cpu_index::Table& t, const detail::SlotKey& key, const detail::SlotPlace& p,
+                        const BlockDigest& digest) {
+    for (std::uint64_t i = 0; i <= t.bucket_mask; ++i) {
+      const std::uint64_t bucket = detail::probe_bucket(p, i, t.bucket_mask);
+      const std::uint32_t empty =
+          cpu_index::match_tags(t.headers.get() + bucket, detail::kEmptyTag);
+      if (empty != 0) {
+        store_slot(t, bucket, __builtin_ctz(empty), key, p.tag, digest);
+        return;
+      }
+    }
+  }
+
+  /// Rebuilds into `buckets` buckets, dropping tombstones. Leaves everything as it was when the
+  /// allocation fails (CapacityExceeded).
+  void rehash(std::uint64_t buckets) {
+    cpu_index::Table next = cpu_index::allocate_table(buckets);
+    for (std::uint64_t b = 0; b < table.buckets; ++b) {
+      const detail::BucketHeader& header = table.headers.get()[b];
+      for (int lane = 0; lane < detail::kBucketSlots; ++lane) {
+        if (detail::is_live_tag(header.tags[lane])) {
+          const BlockDigest& digest = table.digests.get()[detail::slot_of(b, lane)];
+          const detail::SlotKey key = detail::make_slot_key(digest, header.metas[lane]);
+          place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
+                    digest);
+        }
+      }
+    }
+    table = std::move(next);
+    tombstones = 0;
+  }
+
+  /// Inserts one key at its precomputed place; returns whether it was new. The caller
+  /// guarantees a free slot exists.
+  bool insert_one(const detail::SlotKey& key, const detail::SlotPlace& p,
+                  const BlockDigest& digest) {
+    if (detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask, key, p) >=
+        0) {
+      return false;
+    }
+    // Absent: take the first tombstone or empty slot of the sequence (the sequence up to the
+    // first bucket with an empty slot, which find_slot has just read).
+    for (std::uint64_t i = 0; i <= table.bucket_mask; ++i) {
+      const std::uint64_t bucket = detail::probe_bucket(p, i, table.bucket_mask);
+      detail::BucketHeader& header = table.headers.get()[bucket];
+      const std::uint32_t reusable = cpu_index::match_tags(&header, detail::kTombstoneTag) |
+                                     cpu_index::match_tags(&header, detail::kEmptyTag);
+      if (reusable != 0) {
+        const int lane = __builtin_ctz(reusable);
+        if (header.tags[lane] == detail::kTombstoneTag) {
+          --tombstones;
+        }
+        store_slot(table, bucket, lane, key, p.tag, digest);
+        ++live;
+        return true;
+      }
+    }
+    // reserve_for keeps the load below 100%, so this cannot happen; fail loudly, never drop.
+    throw CapacityExceeded("BlockIndex::insert: no free slot found (internal error)");
+  }
+
+  /// Makes room for `n` keys (KeyAt(i) -> detail::SlotKey), growing or purging tombstones as
+  /// needed; throws CapacityExceeded, with nothing changed, when the new keys cannot fit.
+  template <class KeyAt>
+  void reserve_for(std::size_t n, const KeyAt& key_at) {
+    const double mlf = options.max_load_factor;
+    const std::uint64_t limit = detail::load_limit(table.slots(), mlf);
+    if (live + tombstones + n <= limit) {
+      return;  // fits even if every key is new
+    }
+    // Keys absent from the table bound the new keys from above (in-batch duplicates count
+    // more than once); an insert takes at most that many free slots.
+    std::vector<detail::SlotKey> missing;
+    for (std::size_t i = 0; i < n; ++i) {
+      const detail::SlotKey key = key_at(i);
+      if (find(key) < 0) {
+        missing.push_back(key);
+      }
+    }
+    if (live + tombstones + missing.size() <= limit) {
+      return;
+    }
+    std::uint64_t buckets =
+        detail::plan_buckets(live + missing.size(), table.buckets, max_buckets, mlf);
+    if (buckets == 0) {
+      // Only an exact count of distinct new keys can tell whether they fit.
+      std::sort(missing.begin(), missing.end(), cpu_index::slot_key_less);
+      const std::uint64_t distinct = static_cast<std::uint64_t>(
+          std::unique(missing.begin(), missing.end(), cpu_index::slot_key_same) - missing.begin());
+      buckets = detail::plan_buckets(live + distinct, table.buckets, max_buckets, mlf);
+      if (buckets == 0) {
+        throw CapacityExceeded(
+            "BlockIndex::insert: " + std::to_string(distinct) + " new keys on top of " +
+            std::to_string(live) + " would exceed the limit of " +
+            std::to_string(detail::load_limit(detail::slots_of_buckets(max_buckets), mlf)) +
+            " keys (max_capacity " + std::to_string(options.max_capacity) +
+            " slots, max_load_factor " + std::to_string(mlf) + "); nothing was inserted");
+      }
+    }
+    rehash(buckets);
+  }
+
+  template <class KeyAt>
+  std::size_t insert_many(std::size_t n, const KeyAt& key_at, const BlockDigest* digests) {
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    reserve_for(n, key_at);
+    // In chunks: hash and cpu_index::prefetch the home buckets, then cpu_index::prefetch (for
+    // writing) the slot each key will most likely take, then insert. Overlaps the cache misses of a
+    // chunk.
+    constexpr std::size_t kChunk = 32;
+    detail::SlotKey keys[kChunk];
+    detail::SlotPlace places[kChunk];
+    std::size_t added = 0;
+    const detail::BucketHeader* headers = table.headers.get();
+    for (std::size_t start = 0; start < n; start += kChunk) {
+      const std::size_t count = std::min(kChunk, n - start);
+      for (std::size_t k = 0; k < count; ++k) {
+        keys[k] = key_at(start + k);
+        places[k] = place(keys[k]);
+        __builtin_prefetch(headers + places[k].bucket, 1, 3);
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        const detail::BucketHeader* header = headers + places[k].bucket;
+        std::uint32_t likely = cpu_index::candidates_of(header, places[k].tag, keys[k]);
+        if (likely == 0) {
+          likely = cpu_index::match_tags(header, detail::kEmptyTag);
+        }
+        if (likely != 0) {
+          __builtin_prefetch(
+              table.digests.get() + detail::slot_of(places[k].bucket, __builtin_ctz(likely)), 1, 3);
+        }
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        added += insert_one(keys[k], places[k], digests[start + k]) ? 1U : 0U;
+      }
+    }
+    publish_counts();
+    return added;
+  }
+
+  /// Erases the keys key_at(0 .. n-1) in order, as a software pipeline like lookup_stream's:
+  /// key i is hashed and its home bucket's header prefetched (for writing), key i-kTagAhead's
+  /// header is matched and its first candidate's digest prefetched, and key i-kLead is found and
+  /// erased. The last stage re-reads the header and probes exactly as find() does, so an erase
+  /// earlier in the batch (a duplicate key, a bucket turned full of tombstones) is always seen:
+  /// the earlier stages only warm the cache, they decide nothing.
+  template <class KeyAt>
+  std::size_t erase_many(std::size_t n, const KeyAt& key_at) {
+    constexpr std::size_t kTagAhead = 10;
+    constexpr std::size_t kSlotAhead = 10;
+    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
+    constexpr std::size_t kRing = 32;  // > kLead, a power of two
+    static_assert(kLead < kRing, "ring too small");
+    struct Pending {
+      detail::SlotKey key;
+      detail::SlotPlace place;
+    };
+    Pending ring[kRing];
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    std::size_t removed = 0;
+    detail::BucketHeader* headers = table.headers.get();
+    const BlockDigest* digests = table.digests.get();
+    for (std::size_t i = 0; i < n + kLead; ++i) {
+      if (i < n) {
+        Pending& p = ring[i % kRing];
+        p.key = key_at(i);
+        p.place = place(p.key);
+        __builtin_prefetch(headers + p.place.bucket, 1, 3);
+      }
+      if (i >= kTagAhead && i - kTagAhead < n) {
+        const Pending& p = ring[(i - kTagAhead) % kRing];
+        match_and_prefetch(p.key, p.place);
+      }
+      if (i < kLead) {
+        continue;
+      }
+      const Pending& p = ring[(i - kLead) % kRing];
+      const std::int64_t found =
+          detail::find_slot(headers, digests, table.bucket_mask, p.key, p.place);
+      if (found < 0) {
+        continue;
+      }
+      const auto slot = static_cast<std::uint64_t>(found);
+      detail::BucketHeader& header = headers[detail::bucket_of_slot(slot)];
+      const std::uint8_t erased = detail::erased_tag(detail::load_bucket_tags(&header));
+      header.tags[detail::lane_of_slot(slot)] = erased;
+      tombstones += erased == detail::kTombstoneTag ? 1U : 0U;
+      --live;
+      ++removed;
+    }
+    publish_counts();
+    return removed;
+  }
+};
+
+}  // namespace prefixhit

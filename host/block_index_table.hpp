@@ -1,0 +1,122 @@
+// The CPU BlockIndex's table storage (internal to host/block_index*.cpp): one table generation
+// (bucket headers and digests, the layout of detail/index_slots.hpp), its allocation on 2 MiB
+// huge pages, and the host fast paths of the slot logic (SSE2 tag match, tag-and-meta
+// candidates, prefetch).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "prefixhit/detail/index_slots.hpp"
+#include "prefixhit/errors.hpp"
+#include "prefixhit/types.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace prefixhit::cpu_index {
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+template <class T>
+using AlignedArray = std::unique_ptr<T, FreeDeleter>;
+
+/// 64-byte aligned storage for `count` elements; throws CapacityExceeded when it cannot be had.
+/// Arrays of 2 MiB or more are 2 MiB aligned and asked to use huge pages: a probe of a large
+/// table then costs a cache miss without a page walk on top (issue 14).
+template <class T>
+inline AlignedArray<T> allocate_aligned(std::uint64_t count, const char* what) {
+  constexpr std::uint64_t kHugePage = std::uint64_t{1} << 21;
+  const std::uint64_t align = count * sizeof(T) >= kHugePage ? kHugePage : 64;
+  const std::uint64_t bytes = ((count * sizeof(T)) + align - 1) & ~(align - 1);
+  void* p = bytes == 0 ? nullptr
+                       : std::aligned_alloc(static_cast<std::size_t>(align),
+                                            static_cast<std::size_t>(bytes));
+  if (p == nullptr) {
+    throw CapacityExceeded("BlockIndex: cannot allocate " + std::to_string(bytes) + " bytes for " +
+                           what);
+  }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (align == kHugePage) {
+    madvise(p, static_cast<std::size_t>(bytes), MADV_HUGEPAGE);  // a hint: failure is harmless
+  }
+#endif
+  return AlignedArray<T>(static_cast<T*>(p));
+}
+
+/// One table generation: the layout of index_slots.hpp (bucket headers, digests apart).
+struct Table {
+  std::uint64_t buckets = 0;  // a power of two
+  std::uint64_t bucket_mask = 0;
+  AlignedArray<detail::BucketHeader> headers;
+  AlignedArray<BlockDigest> digests;
+
+  std::uint64_t slots() const { return detail::slots_of_buckets(buckets); }
+};
+
+/// Every slot empty (the spare tag bytes and the meta words zero too).
+inline void clear_headers(Table& t) {
+  static_assert(detail::kEmptyTag == 0, "a zeroed header is an empty bucket");
+  std::memset(static_cast<void*>(t.headers.get()), 0,
+              static_cast<std::size_t>(t.buckets * sizeof(detail::BucketHeader)));
+}
+
+inline Table allocate_table(std::uint64_t buckets) {
+  Table t;
+  t.buckets = buckets;
+  t.bucket_mask = buckets - 1;
+  const std::uint64_t slots = detail::slots_of_buckets(buckets);
+  t.headers = allocate_aligned<detail::BucketHeader>(buckets, "bucket headers");
+  t.digests = allocate_aligned<BlockDigest>(slots, "digests");
+  clear_headers(t);
+  return t;
+}
+
+/// Bit j set iff slot j of the bucket holds `tag` (SSE2 where available, else the SWAR twin).
+inline std::uint32_t match_tags(const detail::BucketHeader* header, std::uint8_t tag) {
+#if defined(__SSE2__)
+  return detail::match_bucket_sse2(header, tag);
+#else
+  return detail::match_bucket(detail::load_bucket_tags(header), tag);
+#endif
+}
+
+/// Lanes whose tag and meta word both equal the key's: the slots whose digest a hit must
+/// compare. The header line alone rules out the others.
+inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint8_t tag,
+                                   const detail::SlotKey& key) {
+  std::uint32_t c = match_tags(header, tag);
+  for (std::uint32_t m = c; m != 0; m &= m - 1) {
+    const int lane = __builtin_ctz(m);
+    if (header->metas[lane] != key.meta) {
+      c &= ~(1U << lane);
+    }
+  }
+  return c;
+}
+
+inline void prefetch(const void* p) {
+  __builtin_prefetch(p, 0, 3);
+}
+
+inline bool slot_key_less(const detail::SlotKey& a, const detail::SlotKey& b) {
+  for (int i = 0; i < 4; ++i) {
+    if (a.w[i] != b.w[i]) {
+      return a.w[i] < b.w[i];
+    }
+  }
+  return a.meta < b.meta;
+}
+
+inline bool slot_key_same(const detail::SlotKey& a, const detail::SlotKey& b) {
+  return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3] &&
+         a.meta == b.meta;
+}
+
+}  // namespace prefixhit::cpu_index
