@@ -101,6 +101,14 @@ struct BlockIndex::Impl {
     return bits;
   }
 
+  // The probe pipelines (lookup_stream, erase_many): a key's header is requested kTagAhead keys
+  // before it is matched, its digest kSlotAhead keys before it is compared; kRing holds them.
+  static constexpr std::size_t kTagAhead = 10;
+  static constexpr std::size_t kSlotAhead = 10;
+  static constexpr std::size_t kLead = kTagAhead + kSlotAhead;
+  static constexpr std::size_t kRing = 32;  // > kLead, a power of two
+  static_assert(kLead < kRing, "ring too small");
+
   /// Answers the keys key_at(0 .. n-1) through emit(i, found), in order, as a software
   /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
   /// hashed and its home bucket's header line prefetched, key i-kTagAhead's header is matched
@@ -110,11 +118,6 @@ struct BlockIndex::Impl {
   template <class KeyAt, class Prefetch, class Emit>
   void lookup_stream(std::size_t n, const KeyAt& key_at, const Prefetch& prefetch_source,
                      const Emit& emit) const {
-    constexpr std::size_t kTagAhead = 10;   // header requested this many keys before its match
-    constexpr std::size_t kSlotAhead = 10;  // digest requested this many keys before compare
-    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
-    constexpr std::size_t kRing = 32;  // > kLead, a power of two
-    static_assert(kLead < kRing, "ring too small");
     struct Pending {
       detail::SlotKey key;
       detail::SlotPlace place;
@@ -314,11 +317,6 @@ struct BlockIndex::Impl {
   /// the earlier stages only warm the cache, they decide nothing.
   template <class KeyAt>
   std::size_t erase_many(std::size_t n, const KeyAt& key_at) {
-    constexpr std::size_t kTagAhead = 10;
-    constexpr std::size_t kSlotAhead = 10;
-    constexpr std::size_t kLead = kTagAhead + kSlotAhead;
-    constexpr std::size_t kRing = 32;  // > kLead, a power of two
-    static_assert(kLead < kRing, "ring too small");
     struct Pending {
       detail::SlotKey key;
       detail::SlotPlace place;

@@ -117,6 +117,21 @@ class DigestInput {
   prefixhit::span<const prefixhit::BlockDigest> view_;
 };
 
+/// A batch over the caller's arrays (the digests already converted): offsets [n + 1],
+/// max_lengths [n], apply_eagle [n] or NULL.
+inline LookupBatch make_batch(const DigestInput& digests, const std::int64_t* offsets,
+                              const std::int64_t* max_lengths, const std::uint8_t* apply_eagle,
+                              std::size_t num_requests) {
+  LookupBatch batch;
+  batch.digests = digests.view();
+  batch.offsets = {offsets, num_requests + 1};
+  batch.max_lengths = {max_lengths, num_requests};
+  if (apply_eagle != nullptr) {
+    batch.apply_eagle = {apply_eagle, num_requests};
+  }
+  return batch;
+}
+
 /// The index behind a handle; throws InvalidArgument for NULL.
 BlockIndex& block_index_of(prefixhit_block_index* handle);
 /// The coordinator behind a handle; throws InvalidArgument for NULL.

@@ -302,13 +302,8 @@ prefixhit_status prefixhit_find_longest_cache_hits(
     }
     const DigestInput input(digests_in, num_digests, "digests",
                             coordinator->coordinator.config().digest_size);
-    prefixhit::LookupBatch batch;
-    batch.digests = input.view();
-    batch.offsets = {offsets, num_requests + 1};
-    batch.max_lengths = {max_lengths, num_requests};
-    if (apply_eagle != nullptr) {
-      batch.apply_eagle = {apply_eagle, num_requests};
-    }
+    const prefixhit::LookupBatch batch =
+        prefixhit::capi::make_batch(input, offsets, max_lengths, apply_eagle, num_requests);
     std::optional<prefixhit::BlockIndex::View> view;
     const prefixhit::ExistenceSource& source =
         resolve(store, view, coordinator->coordinator.config().digest_size);

@@ -67,13 +67,8 @@ prefixhit_status score_into(const prefixhit_coordinator* coordinator,
       require(hit_lengths, "hit_lengths");
     }
     const DigestInput input(digests, num_digests, "digests", c.config().digest_size);
-    prefixhit::LookupBatch batch;
-    batch.digests = input.view();
-    batch.offsets = {offsets, num_requests + 1};
-    batch.max_lengths = {max_lengths, num_requests};
-    if (apply_eagle != nullptr) {
-      batch.apply_eagle = {apply_eagle, num_requests};
-    }
+    const prefixhit::LookupBatch batch =
+        prefixhit::capi::make_batch(input, offsets, max_lengths, apply_eagle, num_requests);
     prefixhit::ScoreOptions options;
     options.ns = ns;
     options.tier_mask = tier_mask;

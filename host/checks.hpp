@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "prefixhit/block_index.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/errors.hpp"
 
 namespace prefixhit::detail {
 
@@ -21,6 +23,15 @@ inline constexpr std::int64_t kMaxMaskChunks = std::int64_t{1} << 28;
 inline std::string max_length_message(const char* what, std::int64_t value) {
   return std::string(what) + " " + std::to_string(value) + " is outside [0, " +
          std::to_string(kMaxLookupTokens) + "]";
+}
+
+/// Throws InvalidArgument("<where>: namespace <ns> is above 2^24-1") for a namespace no index
+/// can hold: the router's calls refuse it rather than answer "absent" for every key.
+inline void check_namespace(Namespace ns, const char* where) {
+  if (ns > kMaxNamespace) {
+    throw InvalidArgument(std::string(where) + ": namespace " + std::to_string(ns) + " is above " +
+                          std::to_string(kMaxNamespace));
+  }
 }
 
 }  // namespace prefixhit::detail

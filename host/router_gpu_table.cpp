@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "host/checks.hpp"
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/finders.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
@@ -343,10 +344,7 @@ WorkerSetTable build_worker_set_table(const Coordinator& coordinator, const Look
                                       const ResidencyIndex& residency, const ScoreOptions& options,
                                       TableFill fill, WorkerClasses* classes) {
   coordinator.validate_batch(batch);
-  if (options.ns > kMaxNamespace) {
-    throw InvalidArgument("score_workers: namespace " + std::to_string(options.ns) + " is above " +
-                          std::to_string(kMaxNamespace));
-  }
+  detail::check_namespace(options.ns, "score_workers");
   const detail::LookupPlan& plan = coordinator.plan();
   const Impl& index = residency.impl();
   WorkerSetTable table;

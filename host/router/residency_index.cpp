@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "host/checks.hpp"
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/errors.hpp"
@@ -243,10 +244,7 @@ void check_call(const Impl& s, WorkerId worker, Namespace ns, int group_id,
     throw InvalidArgument("residency: tier " + std::to_string(tier) + " is out of range [0, " +
                           std::to_string(s.num_tiers) + ")");
   }
-  if (ns > kMaxNamespace) {
-    throw InvalidArgument("residency: namespace " + std::to_string(ns) + " is above " +
-                          std::to_string(kMaxNamespace));
-  }
+  detail::check_namespace(ns, "residency");
   if (group_id < 0 || group_id >= kMaxGroups) {
     throw InvalidArgument("residency: group id " + std::to_string(group_id) +
                           " is out of range [0, " + std::to_string(kMaxGroups) + ")");

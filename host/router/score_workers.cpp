@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "host/checks.hpp"
 #include "host/parallel.hpp"
 #include "host/router/class_probe.hpp"
 #include "host/router/residency_impl.hpp"
@@ -42,10 +43,7 @@ using Impl = ResidencyIndex::Impl;
 RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& batch,
                            const ResidencyIndex& residency, const ScoreOptions& options) {
   coordinator.validate_batch(batch);
-  if (options.ns > kMaxNamespace) {
-    throw InvalidArgument("score_workers: namespace " + std::to_string(options.ns) + " is above " +
-                          std::to_string(kMaxNamespace));
-  }
+  detail::check_namespace(options.ns, "score_workers");
   const detail::LookupPlan& plan = coordinator.plan();
   const Impl& index = residency.impl();
   const std::size_t r = batch.num_requests();

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "host/checks.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/router.hpp"
 
@@ -31,10 +32,7 @@ void WorkerResidencySink::apply(Namespace ns, span<const EventKey> keys, bool in
     }
     batches[{key.group_id, key.digest_size}].push_back(to_index_digest(key));
   }
-  if (ns > kMaxNamespace) {
-    throw InvalidArgument("worker sink: namespace " + std::to_string(ns) + " is above " +
-                          std::to_string(kMaxNamespace));
-  }
+  detail::check_namespace(ns, "worker sink");
   for (const auto& [gw, digests] : batches) {
     check_digests(digests, static_cast<std::size_t>(gw.second), "worker sink: keys");
   }
