@@ -191,8 +191,8 @@ struct WarpProbe {
 /// Lookahead windows per probe round of the kernels, by existence source. A presence-table
 /// probe is one independent byte load, so a round of four windows costs about one round trip
 /// and a long walk needs a quarter of the rounds. A device-index probe is a chain of dependent
-/// loads (digest, tag sector, slot) inside the index's own loop; a lane's probes do not overlap,
-/// so lookahead would only add probes past the end of a walk.
+/// loads (digest, bucket header, slot digest) inside the index's own loop; a lane's probes do not
+/// overlap, so lookahead would only add probes past the end of a walk.
 inline constexpr int kPresenceLookahead = 3;
 inline constexpr int kIndexLookahead = 0;
 
