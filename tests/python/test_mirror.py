@@ -140,6 +140,14 @@ def key_of(h) -> bytes:
     return bytes(h)
 
 
+def fa_swa_coordinator():
+    """Full attention and a 32-token sliding window, block size 16: the random-stream tests'."""
+    return prefixhit.Coordinator([{"kind": "full_attention", "block_size": 16},
+                                  {"kind": "sliding_window", "block_size": 16,
+                                   "sliding_window": 32}],
+                                 scheduler_block_size=16, hash_block_size=16)
+
+
 def connect(index, pub, **kwargs):
     mirror = prefixhit.EventMirror(index, [pub.endpoint], replay=[pub.replay_endpoint],
                                    replay_timeout_ms=2000, **kwargs)
@@ -268,10 +276,7 @@ def test_mirror_and_plain_set_agree_on_random_streams(publisher, seed):
     """Random stored/removed/cleared streams over several media: lookups through the mirrored
     index and through a plain set of the live keys give identical hits."""
     rng = random.Random(seed)
-    coord = prefixhit.Coordinator([{"kind": "full_attention", "block_size": 16},
-                                   {"kind": "sliding_window", "block_size": 16,
-                                    "sliding_window": 32}],
-                                  scheduler_block_size=16, hash_block_size=16)
+    coord = fa_swa_coordinator()
     prompts = [[rng.randbytes(32) for _ in range(12)] for _ in range(4)]
     pub = publisher()
     index = prefixhit.BlockIndex()
@@ -423,10 +428,7 @@ def test_cuda_index_mirrors_like_the_cpu_index(publisher, seed):
     index (under mirror.lock(), while events keep arriving) equal the CPU index's and a plain
     set's."""
     rng = random.Random(seed)
-    coord = prefixhit.Coordinator([{"kind": "full_attention", "block_size": 16},
-                                   {"kind": "sliding_window", "block_size": 16,
-                                    "sliding_window": 32}],
-                                  scheduler_block_size=16, hash_block_size=16)
+    coord = fa_swa_coordinator()
     prompts = [[rng.randbytes(32) for _ in range(12)] for _ in range(6)]
     digests = np.frombuffer(b"".join(b"".join(p) for p in prompts), dtype=np.uint8).reshape(-1, 32)
     offsets = np.arange(0, 12 * (len(prompts) + 1), 12, dtype=np.int64)
