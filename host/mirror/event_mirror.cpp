@@ -2,7 +2,8 @@
 // messages) and an applying thread (queue -> sequence checks, replay on gaps -> BatchApplier),
 // so that decoding one message overlaps applying the previous ones. ZeroMQ sockets stay on the
 // thread that uses them; the only shared state is the queue and the stats, each under a mutex,
-// and the medium names (MediumTable, its own lock).
+// and the medium names (MediumTable, its own lock). The replay request itself is
+// host/mirror/replay.cpp.
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -11,11 +12,9 @@
 #endif
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -27,6 +26,8 @@
 
 #include "host/mirror/batch_applier.hpp"
 #include "host/mirror/decode.hpp"
+#include "host/mirror/replay.hpp"
+#include "host/mirror/wire.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/event_mirror.hpp"
 
@@ -34,24 +35,7 @@ namespace prefixhit {
 
 namespace {
 
-constexpr std::uint64_t kEndOfReplay = ~std::uint64_t{0};
-
-std::uint64_t read_be64(const void* p) {
-  std::uint8_t b[8];
-  std::memcpy(b, p, 8);
-  std::uint64_t v = 0;
-  for (const std::uint8_t byte : b) {
-    v = (v << 8) | byte;
-  }
-  return v;
-}
-
-void write_be64(std::uint64_t v, std::uint8_t* out) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<std::uint8_t>(v & 0xFFU);
-    v >>= 8;
-  }
-}
+using mirror::read_be64;
 
 /// Spare queue items kept for reuse (each keeps its decoded vectors' capacity), so that a
 /// steady stream allocates nothing per message; at most this many, holding at most
@@ -350,81 +334,52 @@ struct EventMirror::Impl {
       std::lock_guard<std::mutex> lock(state_mutex);
       ++applier.stats().replays;
     }
-    bool filled = false;
     bool first = true;
-    try {
-      // A fresh socket per request: a late reply to an abandoned request can never be mixed
-      // into this one.
-      zmq::socket_t dealer(context, zmq::socket_type::dealer);
-      dealer.set(zmq::sockopt::linger, 0);
-      dealer.connect(endpoint_name);
-      std::uint8_t start_bytes[8];
-      write_be64(start, start_bytes);
-      std::array<zmq::const_buffer, 2> request = {zmq::const_buffer(nullptr, 0),
-                                                  zmq::buffer(start_bytes, 8)};
-      zmq::send_multipart(dealer, request);
-      std::vector<zmq::message_t> frames;
-      while (true) {
-        zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, std::chrono::milliseconds(options.replay_timeout_ms));
-        if ((item.revents & ZMQ_POLLIN) == 0) {
-          why = "replay timed out";
-          return false;
-        }
-        frames.clear();
-        if (!zmq::recv_multipart(dealer, std::back_inserter(frames))) {
-          why = "replay receive failed";
-          return false;
-        }
-        // [b"", topic, seq, payload] or [b"", seq, payload]; the end is a seq of all 0xFF.
-        if (frames.size() < 3 || frames.size() > 4 || !frames[0].empty() ||
-            frames[frames.size() - 2].size() != 8) {
-          why = "malformed replay frames";
-          return false;
-        }
-        const std::uint64_t seq = read_be64(frames[frames.size() - 2].data());
-        if (seq == kEndOfReplay) {
-          break;
-        }
-        if (first) {
+    const mirror::ReplayOutcome outcome = mirror::request_replay(
+        context, endpoint_name, start, options.replay_timeout_ms,
+        [&](std::uint64_t seq, const zmq::message_t& payload) {
+          apply_replayed(endpoint, first && seq > start ? start : seq, seq, payload);
           first = false;
-          filled = seq <= start;
-          if (!filled) {
-            why = "the publisher no longer holds message " + std::to_string(start) +
-                  " (replay starts at " + std::to_string(seq) + ")";
-            std::lock_guard<std::mutex> lock(state_mutex);
-            applier.stats().missed_messages += seq - start;
-            resync_locked(why);
-          }
-        }
-        Stream& stream = streams[endpoint];
-        if (stream.has_seq && seq <= stream.last_seq) {
-          continue;
-        }
-        const zmq::message_t& payload = frames.back();
-        bool decoded = true;
-        std::string error;
-        try {
-          replay_decoder.decode(static_cast<const std::uint8_t*>(payload.data()), payload.size(),
-                                replay_batch);
-        } catch (const std::exception& e) {
-          decoded = false;
-          error = e.what();
-        }
-        apply(endpoint, seq, decoded ? &replay_batch : nullptr, error);
-        std::lock_guard<std::mutex> lock(state_mutex);
-        ++applier.stats().replayed_messages;
-      }
-    } catch (const zmq::error_t& e) {
-      why = std::string("replay failed: ") + e.what();
+        });
+    if (!outcome.completed) {
+      why = outcome.why;
       return false;
     }
-    if (first) {
+    if (outcome.messages == 0) {
       why = "the publisher holds nothing to replay";
       return false;
     }
     // A partial replay already resynced; report it filled so the caller does not clear again.
     return true;
+  }
+
+  /// One replayed message. `lost_from` < `seq` when it is the replay's first and the publisher
+  /// no longer holds messages [lost_from, seq): those are lost, so resync before applying.
+  void apply_replayed(std::size_t endpoint, std::uint64_t lost_from, std::uint64_t seq,
+                      const zmq::message_t& payload) {
+    Stream& stream = streams[endpoint];
+    if (lost_from < seq) {
+      const std::string why = "the publisher no longer holds message " + std::to_string(lost_from) +
+                              " (replay starts at " + std::to_string(seq) + ")";
+      std::lock_guard<std::mutex> lock(state_mutex);
+      applier.stats().missed_messages += seq - lost_from;
+      resync_locked(why);
+    }
+    if (stream.has_seq && seq <= stream.last_seq) {
+      return;
+    }
+    bool decoded = true;
+    std::string error;
+    try {
+      replay_decoder.decode(static_cast<const std::uint8_t*>(payload.data()), payload.size(),
+                            replay_batch);
+    } catch (const std::exception& e) {
+      decoded = false;
+      error = e.what();
+    }
+    apply(endpoint, seq, decoded ? &replay_batch : nullptr, error);
+    std::lock_guard<std::mutex> lock(state_mutex);
+    ++applier.stats().replayed_messages;
   }
 
   EventMirrorOptions options;
