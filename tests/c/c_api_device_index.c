@@ -3,7 +3,7 @@
  * CPU block index and a device index alike; every contains answer, every insert/erase count and
  * every output of random batches (prefixhit_find_longest_cache_hits on the CPU index against
  * prefixhit_find_longest_cache_hits_gpu on the device index) is equal, before and after erasing
- * some keys; a finder error has the CPU call's status and message. Without one, every call is
+ * some keys; a failing request has the CPU call's status and message. Without one, every call is
  * PREFIXHIT_STATUS_UNAVAILABLE with a message. Either way bad arguments are
  * PREFIXHIT_STATUS_INVALID_ARGUMENT naming the argument. Seeded: prints the seed,
  * PREFIXHIT_SEED replays it. */
@@ -180,17 +180,17 @@ static int run_width(size_t width, const prefixhit_group_spec* groups) {
     CHECK(count_cpu == count_gpu);
     compare_contains(cpu, gpu, width);
     hits += compare_lookups(coord, engine, cpu, gpu);
-    /* A bound past a request's last whole block fails its first group's finder: the GPU call
-     * gives the CPU call's status and message. */
+    /* A negative bound fails its request: the GPU call gives the CPU call's status and
+     * message ("request <r>: ..."). */
     r = (int)(next() % R);
-    max_lengths[r] = (offsets[r + 1] - offsets[r]) * 4 + 16;
+    max_lengths[r] = -1 - (int64_t)(next() % 100);
     memset(&store, 0, sizeof store);
     store.block_index = cpu;
     cpu_status = prefixhit_find_longest_cache_hits(coord, digests, (size_t)offsets[R], offsets,
                                                    max_lengths, NULL, R, &store, 1, cpu_hits,
                                                    cpu_blocks, cpu_placeholders);
     snprintf(cpu_error, sizeof cpu_error, "%s", prefixhit_last_error());
-    CHECK(cpu_status != PREFIXHIT_OK);
+    CHECK(cpu_status == PREFIXHIT_STATUS_INVALID_ARGUMENT);
     CHECK(prefixhit_find_longest_cache_hits_gpu(engine, digests, (size_t)offsets[R], offsets,
                                                 max_lengths, NULL, R, gpu, 0, gpu_hits, gpu_blocks,
                                                 gpu_placeholders) == cpu_status);
