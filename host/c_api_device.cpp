@@ -25,7 +25,6 @@
 namespace {
 
 using prefixhit::BlockDigest;
-using prefixhit::InvalidArgument;
 using prefixhit::Unavailable;
 using prefixhit::capi::DigestInput;
 using prefixhit::capi::guarded;

@@ -197,6 +197,13 @@ static int run_width(size_t width, const prefixhit_group_spec* groups) {
     CHECK(strcmp(prefixhit_last_error(), cpu_error) == 0);
   }
 
+  /* No keys is no work, and no buffer is needed for it. */
+  count_gpu = 1;
+  OK(prefixhit_device_block_index_insert_width(gpu, 0, 0, width, NULL, 0, &count_gpu));
+  CHECK(count_gpu == 0);
+  OK(prefixhit_device_block_index_erase_width(gpu, 0, 0, width, NULL, 0, NULL));
+  OK(prefixhit_device_block_index_contains_width(gpu, 0, 0, width, NULL, 0, NULL));
+
   /* Bad arguments name themselves. */
   FAILS(prefixhit_device_block_index_insert_width(gpu, 0, 0, width, NULL, 1, NULL),
         PREFIXHIT_STATUS_INVALID_ARGUMENT);
