@@ -10,8 +10,8 @@
  *     PREFIXHIT_STATUS_OUT_OF_MEMORY.
  *   - Digests are 32 bytes each, passed as `const uint8_t*` to n * 32 contiguous bytes.
  *   - A coordinator is immutable after creation and may be used from many threads at once. A
- *     block index is thread-safe. A key set may be read from many threads but not written
- *     while it is read.
+ *     block index (CPU or device) is thread-safe. A key set may be read from many threads but
+ *     not written while it is read.
  *
  * Semantics follow the reference coordinator (see SEMANTICS.md of the conformance set).
  */
