@@ -116,7 +116,7 @@ struct prefixhit_gpu_engine {
 
 namespace {
 
-/// Unavailable (with the reason) where no GPU handle can exist, else the build's first check.
+/// Throws Unavailable, with the reason, where no GPU handle can be made (no CUDA or no device).
 void require_gpu(const char* call) {
   if (!prefixhit::gpu::device_available()) {
     throw Unavailable(std::string(call) +
