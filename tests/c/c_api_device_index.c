@@ -125,6 +125,8 @@ static int run_width(size_t width, const prefixhit_group_spec* groups) {
   prefixhit_gpu_engine* engine = NULL;
   prefixhit_block_index* cpu = NULL;
   prefixhit_device_block_index* gpu = NULL;
+  prefixhit_gpu_engine* bad_engine = (prefixhit_gpu_engine*)&config; /* set to NULL by a failure */
+  prefixhit_device_block_index* bad_gpu = (prefixhit_device_block_index*)&config;
   char cpu_error[512];
   prefixhit_status cpu_status;
   prefixhit_store store;
@@ -256,10 +258,12 @@ static int run_width(size_t width, const prefixhit_group_spec* groups) {
                                               max_lengths, NULL, R, gpu, 0, gpu_hits, gpu_blocks,
                                               gpu_placeholders) == cpu_status);
   CHECK(strcmp(prefixhit_last_error(), cpu_error) == 0);
-  FAILS(prefixhit_gpu_engine_create(NULL, &engine), PREFIXHIT_STATUS_INVALID_ARGUMENT);
+  /* A failed create hands out NULL (into other variables: these handles are still live). */
+  FAILS(prefixhit_gpu_engine_create(NULL, &bad_engine), PREFIXHIT_STATUS_INVALID_ARGUMENT);
+  CHECK(bad_engine == NULL);
   options.max_load_factor = 2.0;
-  FAILS(prefixhit_device_block_index_create(&options, &gpu), PREFIXHIT_STATUS_INVALID_ARGUMENT);
-  CHECK(gpu == NULL && strstr(prefixhit_last_error(), "max_load_factor") != NULL);
+  FAILS(prefixhit_device_block_index_create(&options, &bad_gpu), PREFIXHIT_STATUS_INVALID_ARGUMENT);
+  CHECK(bad_gpu == NULL && strstr(prefixhit_last_error(), "max_load_factor") != NULL);
 
   prefixhit_device_block_index_destroy(gpu);
   prefixhit_block_index_destroy(cpu);
