@@ -1,11 +1,12 @@
 // Shared by the C ABI's translation units (c_api.cpp, c_api_lookup.cpp, c_api_mirror.cpp,
-// c_api_router.cpp): the handles, and the one way an entry point runs its body (guarded), which
-// turns exceptions into statuses and sets prefixhit_last_error().
+// c_api_router.cpp, c_api_device.cpp): the handles, and the one way an entry point runs its body
+// (guarded), which turns exceptions into statuses and sets prefixhit_last_error().
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct prefixhit_lookup_result {
 struct prefixhit_chunk_masks {
   std::vector<prefixhit::ChunkMask> masks;
 };
+
+namespace prefixhit {
+class MirrorSink;  // event_mirror.hpp
+}  // namespace prefixhit
 
 namespace prefixhit::capi {
 
@@ -132,9 +137,22 @@ inline LookupBatch make_batch(const DigestInput& digests, const std::int64_t* of
   return batch;
 }
 
+/// A lookup's block index namespace: one the index cannot hold is an error, not a silent miss
+/// ("<what> <ns> exceeds the 24-bit namespace maximum ...").
+inline void check_lookup_namespace(std::uint32_t ns, const char* what) {
+  if (ns > prefixhit::kMaxNamespace) {
+    throw prefixhit::InvalidArgument(std::string(what) + " " + std::to_string(ns) +
+                                     " exceeds the 24-bit namespace maximum " +
+                                     std::to_string(prefixhit::kMaxNamespace));
+  }
+}
+
 /// The index behind a handle; throws InvalidArgument for NULL.
 BlockIndex& block_index_of(prefixhit_block_index* handle);
 /// The coordinator behind a handle; throws InvalidArgument for NULL.
 const Coordinator& coordinator_of(const prefixhit_coordinator* handle);
+/// A mirror sink into a device index (c_api_device.cpp): DeviceBlockIndexSink behind the
+/// handle's mutex. Throws as device index calls do for a NULL handle, Unavailable without CUDA.
+std::unique_ptr<MirrorSink> device_mirror_sink(prefixhit_device_block_index* handle);
 
 }  // namespace prefixhit::capi

@@ -26,13 +26,7 @@ const prefixhit::ExistenceSource& resolve(const prefixhit_store* store,
   if (store->key_set != nullptr) {
     return store->key_set->set;
   }
-  // As in prefixhit_block_index_contains: a namespace the index cannot hold is an error, not
-  // a silent miss.
-  if (store->ns > prefixhit::kMaxNamespace) {
-    throw prefixhit::InvalidArgument("store->ns " + std::to_string(store->ns) +
-                                     " exceeds the 24-bit namespace maximum " +
-                                     std::to_string(prefixhit::kMaxNamespace));
-  }
+  prefixhit::capi::check_lookup_namespace(store->ns, "store->ns");
   view.emplace(store->block_index->index, store->ns, digest_size);
   return *view;
 }

@@ -9,8 +9,8 @@
 #include "prefixhit/prefixhit.h"
 
 struct prefixhit_mirror {
-  std::unique_ptr<prefixhit::BlockIndexSink> sink;
-  std::unique_ptr<prefixhit::EventMirror> mirror;
+  std::unique_ptr<prefixhit::MirrorSink> sink;     // a CPU or a device index's sink
+  std::unique_ptr<prefixhit::EventMirror> mirror;  // declared last: stopped before the sink goes
 };
 
 namespace {
@@ -43,6 +43,49 @@ int size_or_one(std::int32_t n) {
   return n == 0 ? 1 : n;
 }
 
+/// The C options as EventMirrorOptions (checked: format, endpoint strings).
+prefixhit::EventMirrorOptions mirror_options(const prefixhit_mirror_options* options) {
+  require(options, "options");
+  prefixhit::EventMirrorOptions o;
+  if (options->format != PREFIXHIT_EVENTS_VLLM && options->format != PREFIXHIT_EVENTS_MOONCAKE) {
+    throw InvalidArgument("format " + std::to_string(static_cast<int>(options->format)) +
+                          " is neither PREFIXHIT_EVENTS_VLLM nor PREFIXHIT_EVENTS_MOONCAKE");
+  }
+  o.format = options->format == PREFIXHIT_EVENTS_VLLM ? prefixhit::EventFormat::vllm
+                                                      : prefixhit::EventFormat::mooncake;
+  o.endpoints = strings(options->endpoints, options->num_endpoints, "endpoints", false);
+  o.replay_endpoints =
+      strings(options->replay_endpoints, options->num_replay_endpoints, "replay_endpoints", true);
+  o.ns = options->ns;
+  o.topic = options->topic == nullptr ? "" : options->topic;
+  if (options->queue_capacity != 0) {
+    o.queue_capacity = options->queue_capacity;
+  }
+  if (options->replay_timeout_ms != 0) {
+    o.replay_timeout_ms = options->replay_timeout_ms;
+  }
+  o.ranks =
+      prefixhit::rank_namespaces(size_or_one(options->tp_size), size_or_one(options->pcp_size),
+                                 size_or_one(options->dcp_size), size_or_one(options->pp_size));
+  o.model = options->model == nullptr ? "" : options->model;
+  o.match_cache_prefix = options->cache_prefix != nullptr;
+  o.cache_prefix = options->cache_prefix == nullptr ? "" : options->cache_prefix;
+  return o;
+}
+
+/// Starts a mirror into `sink` (made once the options are checked) and hands it out.
+template <class MakeSink>
+void start_mirror(const prefixhit_mirror_options* options, prefixhit_mirror** out,
+                  MakeSink&& make_sink) {
+  require(out, "out");
+  *out = nullptr;
+  prefixhit::EventMirrorOptions o = mirror_options(options);
+  auto handle = std::make_unique<prefixhit_mirror>();
+  handle->sink = make_sink();
+  handle->mirror = std::make_unique<prefixhit::EventMirror>(*handle->sink, std::move(o));
+  *out = handle.release();
+}
+
 }  // namespace
 
 extern "C" {
@@ -54,38 +97,17 @@ int prefixhit_mirror_available(void) {
 prefixhit_status prefixhit_mirror_create(const prefixhit_mirror_options* options,
                                          prefixhit_block_index* index, prefixhit_mirror** out) {
   return prefixhit::capi::guarded_call([&] {
-    require(out, "out");
-    *out = nullptr;
-    require(options, "options");
-    prefixhit::BlockIndex& target = prefixhit::capi::block_index_of(index);
-    prefixhit::EventMirrorOptions o;
-    if (options->format != PREFIXHIT_EVENTS_VLLM && options->format != PREFIXHIT_EVENTS_MOONCAKE) {
-      throw InvalidArgument("format " + std::to_string(static_cast<int>(options->format)) +
-                            " is neither PREFIXHIT_EVENTS_VLLM nor PREFIXHIT_EVENTS_MOONCAKE");
-    }
-    o.format = options->format == PREFIXHIT_EVENTS_VLLM ? prefixhit::EventFormat::vllm
-                                                        : prefixhit::EventFormat::mooncake;
-    o.endpoints = strings(options->endpoints, options->num_endpoints, "endpoints", false);
-    o.replay_endpoints =
-        strings(options->replay_endpoints, options->num_replay_endpoints, "replay_endpoints", true);
-    o.ns = options->ns;
-    o.topic = options->topic == nullptr ? "" : options->topic;
-    if (options->queue_capacity != 0) {
-      o.queue_capacity = options->queue_capacity;
-    }
-    if (options->replay_timeout_ms != 0) {
-      o.replay_timeout_ms = options->replay_timeout_ms;
-    }
-    o.ranks =
-        prefixhit::rank_namespaces(size_or_one(options->tp_size), size_or_one(options->pcp_size),
-                                   size_or_one(options->dcp_size), size_or_one(options->pp_size));
-    o.model = options->model == nullptr ? "" : options->model;
-    o.match_cache_prefix = options->cache_prefix != nullptr;
-    o.cache_prefix = options->cache_prefix == nullptr ? "" : options->cache_prefix;
-    auto handle = std::make_unique<prefixhit_mirror>();
-    handle->sink = std::make_unique<prefixhit::BlockIndexSink>(target);
-    handle->mirror = std::make_unique<prefixhit::EventMirror>(*handle->sink, std::move(o));
-    *out = handle.release();
+    start_mirror(options, out, [&]() -> std::unique_ptr<prefixhit::MirrorSink> {
+      return std::make_unique<prefixhit::BlockIndexSink>(prefixhit::capi::block_index_of(index));
+    });
+  });
+}
+
+prefixhit_status prefixhit_mirror_create_device(const prefixhit_mirror_options* options,
+                                                prefixhit_device_block_index* index,
+                                                prefixhit_mirror** out) {
+  return prefixhit::capi::guarded_call([&] {
+    start_mirror(options, out, [&] { return prefixhit::capi::device_mirror_sink(index); });
   });
 }
 

@@ -10,8 +10,8 @@
  *     PREFIXHIT_STATUS_OUT_OF_MEMORY.
  *   - Digests are 32 bytes each, passed as `const uint8_t*` to n * 32 contiguous bytes.
  *   - A coordinator is immutable after creation and may be used from many threads at once. A
- *     block index is thread-safe. A key set may be read from many threads but not written
- *     while it is read.
+ *     block index (CPU or device) is thread-safe. A key set may be read from many threads but
+ *     not written while it is read.
  *
  * Semantics follow the reference coordinator (see SEMANTICS.md of the conformance set).
  */
@@ -377,6 +377,72 @@ PREFIXHIT_API prefixhit_status prefixhit_mirror_get_stats(const prefixhit_mirror
 PREFIXHIT_API prefixhit_status prefixhit_mirror_wait_for_seq(const prefixhit_mirror* mirror,
                                                              uint64_t seq, double timeout_s,
                                                              int* reached);
+
+/* ---- GPU index and lookups ---------------------------------------------------------------------
+ * The resident index on the GPU, batch lookups against it, and an event mirror that keeps it true
+ * to a store (docs/mirror.md, "C ABI"). In a build without CUDA, or with no device,
+ * prefixhit_gpu_available() is 0 and every call below returns PREFIXHIT_STATUS_UNAVAILABLE with a
+ * message (after the checks of its plain arguments: NULL buffers, bad counts); a handle argument
+ * that is NULL there is UNAVAILABLE too (none can exist), elsewhere INVALID_ARGUMENT.
+ *
+ * A device block index is thread-safe: it owns a mutex that every call on it holds, and so do a
+ * device mirror's writes into it and a GPU lookup of it, so a C caller needs no lock of its own
+ * (calls on one index run one at a time). Keys and outputs are HOST arrays: each call copies them
+ * to and from the device and returns when the work is done. */
+typedef struct prefixhit_device_block_index prefixhit_device_block_index;
+typedef struct prefixhit_gpu_engine prefixhit_gpu_engine;
+
+/* 1 when the calls below can run: a CUDA build (or the CUDA emulator) with a device; else 0. */
+PREFIXHIT_API int prefixhit_gpu_available(void);
+
+/* A block index in GPU memory. options may be NULL for the defaults; its fields mean what they
+ * mean for prefixhit_block_index_create, with the same bounds, except that initial_capacity 0 is
+ * the device default (2^20 slots). A failed device allocation is PREFIXHIT_STATUS_CUDA_ERROR. */
+PREFIXHIT_API prefixhit_status prefixhit_device_block_index_create(
+    const prefixhit_block_index_options* options, prefixhit_device_block_index** out);
+/* Frees the index; no mirror into it and no call on it may still run. */
+PREFIXHIT_API void prefixhit_device_block_index_destroy(prefixhit_device_block_index* index);
+/* The prefixhit_block_index_*_width calls on the device index: the same arguments (host arrays),
+ * counts, checks and statuses; a failed call applies nothing. */
+PREFIXHIT_API prefixhit_status prefixhit_device_block_index_insert_width(
+    prefixhit_device_block_index* index, uint32_t ns, int32_t group_id, size_t digest_size,
+    const uint8_t* keys, size_t num_keys, size_t* inserted);
+PREFIXHIT_API prefixhit_status prefixhit_device_block_index_erase_width(
+    prefixhit_device_block_index* index, uint32_t ns, int32_t group_id, size_t digest_size,
+    const uint8_t* keys, size_t num_keys, size_t* erased);
+PREFIXHIT_API prefixhit_status prefixhit_device_block_index_contains_width(
+    const prefixhit_device_block_index* index, uint32_t ns, int32_t group_id, size_t digest_size,
+    const uint8_t* keys, size_t num_keys, uint8_t* present);
+/* Live keys (all namespaces). */
+PREFIXHIT_API prefixhit_status
+prefixhit_device_block_index_size(const prefixhit_device_block_index* index, size_t* out);
+
+/* The GPU batch lookup engine of one coordinator: plans once, then serves any number of batches
+ * (create it once, not per batch). It copies what it needs: the coordinator may be destroyed
+ * first. Thread-safe: concurrent lookups on one engine run one at a time. */
+PREFIXHIT_API prefixhit_status prefixhit_gpu_engine_create(const prefixhit_coordinator* coordinator,
+                                                           prefixhit_gpu_engine** out);
+PREFIXHIT_API void prefixhit_gpu_engine_destroy(prefixhit_gpu_engine* engine);
+
+/* prefixhit_find_longest_cache_hits on the GPU, against a device index under namespace ns
+ * (0 .. 2^24 - 1): the engine's coordinator, the same batch arguments (less num_threads),
+ * outputs, statuses and messages, and results equal to the CPU call's on a block index holding
+ * the same keys. The batch is checked on the host before anything runs on the device. */
+PREFIXHIT_API prefixhit_status prefixhit_find_longest_cache_hits_gpu(
+    const prefixhit_gpu_engine* engine, const uint8_t* digests, size_t num_digests,
+    const int64_t* offsets, const int64_t* max_lengths, const uint8_t* apply_eagle,
+    size_t num_requests, const prefixhit_device_block_index* index, uint32_t ns,
+    int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders);
+
+/* prefixhit_mirror_create into a device index (which must outlive the mirror): the same
+ * options, threads, statistics and calls (prefixhit_mirror_stop, _get_stats, _wait_for_seq,
+ * _destroy, which stops the mirror before it lets go of the index). Its writes hold the index's
+ * mutex, so device index calls and GPU lookups may run from any thread meanwhile; each sees the
+ * index between two of the mirror's writes. UNAVAILABLE without CUDA, a device or the event
+ * mirror (prefixhit_mirror_available()). */
+PREFIXHIT_API prefixhit_status
+prefixhit_mirror_create_device(const prefixhit_mirror_options* options,
+                               prefixhit_device_block_index* index, prefixhit_mirror** out);
 
 /* ---- router mode (issue 12) -------------------------------------------------------------------
  * Which workers hold which keys, and every worker's exact prefix hit for a batch of requests in

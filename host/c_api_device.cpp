@@ -1,0 +1,320 @@
+// The C ABI's GPU part (include/prefixhit/prefixhit.h, "GPU index and lookups"): the device block
+// index, the GPU batch lookup engine and the device mirror's sink, over DeviceBlockIndex,
+// gpu::BatchLookupEngine and DeviceBlockIndexSink.
+//
+// Compiles in every build: without CUDA the C++ index and engine throw Unavailable from their
+// constructors (host/no_cuda/), so no handle can exist; the key staging below, the one piece that
+// calls the CUDA runtime itself, throws Unavailable there too.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "host/c_api_internal.hpp"
+#include "prefixhit/device_block_index.hpp"
+#include "prefixhit/errors.hpp"
+#include "prefixhit/event_mirror.hpp"
+#include "prefixhit/gpu.hpp"
+#include "prefixhit/prefixhit.h"
+
+#if defined(PREFIXHIT_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+using prefixhit::BlockDigest;
+using prefixhit::Unavailable;
+using prefixhit::capi::DigestInput;
+using prefixhit::capi::guarded;
+using prefixhit::capi::require;
+
+#if defined(PREFIXHIT_WITH_CUDA)
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear it, so the next call does not report it again
+    throw prefixhit::CudaError(std::string("device block index: ") + what + ": " +
+                               cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+  }
+}
+
+/// Device memory that only grows, so that a steady stream of calls allocates nothing. Used only
+/// under its handle's mutex. The copies are synchronous on the legacy default stream, which the
+/// index's calls (stream nullptr) are ordered with.
+class DeviceStage {
+ public:
+  DeviceStage() = default;
+  ~DeviceStage() { cudaFree(ptr_); }
+  DeviceStage(const DeviceStage&) = delete;
+  DeviceStage& operator=(const DeviceStage&) = delete;
+
+  void* reserve(std::size_t bytes) {
+    if (bytes > capacity_) {
+      const std::size_t want = std::max(bytes, capacity_ * 2);
+      void* next = nullptr;
+      check_cuda(cudaMalloc(&next, want), "cudaMalloc of staging memory");
+      cudaFree(ptr_);
+      ptr_ = next;
+      capacity_ = want;
+    }
+    return ptr_;
+  }
+  void* upload(const void* host, std::size_t bytes) {
+    void* device = reserve(bytes);
+    if (bytes != 0) {
+      check_cuda(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copying keys");
+    }
+    return device;
+  }
+  void download(void* host, std::size_t bytes) const {
+    if (bytes != 0) {
+      check_cuda(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), "copying answers");
+    }
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+#else
+
+/// Never reached (no device index exists without CUDA); throws all the same.
+class DeviceStage {
+ public:
+  void* reserve(std::size_t /*bytes*/) { no_cuda(); }
+  void* upload(const void* /*host*/, std::size_t /*bytes*/) { no_cuda(); }
+  void download(void* /*host*/, std::size_t /*bytes*/) const { no_cuda(); }
+
+ private:
+  [[noreturn]] static void no_cuda() {
+    throw Unavailable("device block index: prefixhit was built without CUDA");
+  }
+};
+
+#endif
+
+}  // namespace
+
+struct prefixhit_device_block_index {
+  explicit prefixhit_device_block_index(const prefixhit::DeviceBlockIndexOptions& options)
+      : index(options) {}
+  prefixhit::DeviceBlockIndex index;
+  // DeviceBlockIndex is not synchronised: every C call holds this, and so do a device mirror's
+  // writes (DeviceMirrorSink) and GPU lookups of the index. It also guards the staging.
+  mutable std::mutex mutex;
+  mutable DeviceStage keys;
+  mutable DeviceStage present;
+};
+
+struct prefixhit_gpu_engine {
+  explicit prefixhit_gpu_engine(const prefixhit::Coordinator& coordinator) : engine(coordinator) {}
+  prefixhit::gpu::BatchLookupEngine engine;
+};
+
+namespace {
+
+/// Throws Unavailable, with the reason, where no GPU handle can be made (no CUDA or no device).
+void require_gpu(const char* call) {
+  if (!prefixhit::gpu::device_available()) {
+    throw Unavailable(std::string(call) +
+                      " needs a CUDA device: " + prefixhit::gpu::describe_device());
+  }
+}
+
+/// A handle argument: NULL is Unavailable where no such handle can exist (no CUDA or device),
+/// else InvalidArgument, as for the CPU handles.
+template <class Handle>
+Handle& gpu_handle(Handle* handle, const char* what) {
+  if (handle == nullptr) {
+    if (!prefixhit::gpu::device_available()) {
+      throw Unavailable(std::string(what) + " is NULL, and none can be created here: " +
+                        prefixhit::gpu::describe_device());
+    }
+    require(handle, what);
+  }
+  return *handle;
+}
+
+/// An insert or erase: the CPU calls' checks, then the keys staged on the device under the
+/// handle's mutex, `apply` on the index, and its count.
+template <class Apply>
+prefixhit_status apply_keys(prefixhit_device_block_index* index, const std::uint8_t* keys,
+                            std::size_t num_keys, std::size_t digest_size, std::size_t* count,
+                            Apply&& apply) {
+  return guarded([&] {
+    prefixhit_device_block_index& handle = gpu_handle(index, "index");
+    const DigestInput input(keys, num_keys, "keys", digest_size);
+    const std::lock_guard<std::mutex> lock(handle.mutex);
+    const auto* staged = static_cast<const BlockDigest*>(
+        handle.keys.upload(input.view().data(), num_keys * sizeof(BlockDigest)));
+    const std::size_t n = apply(handle.index, staged);
+    if (count != nullptr) {
+      *count = n;
+    }
+  });
+}
+
+/// The mirror's writes into a device index, behind the handle's mutex (taken before the sink's
+/// own lock; nothing takes them the other way round).
+class DeviceMirrorSink final : public prefixhit::MirrorSink {
+ public:
+  explicit DeviceMirrorSink(prefixhit_device_block_index& handle)
+      : handle_(&handle), sink_(handle.index) {}
+  void insert(prefixhit::Namespace ns, prefixhit::span<const prefixhit::EventKey> keys) override {
+    const std::lock_guard<std::mutex> lock(handle_->mutex);
+    sink_.insert(ns, keys);
+  }
+  void erase(prefixhit::Namespace ns, prefixhit::span<const prefixhit::EventKey> keys) override {
+    const std::lock_guard<std::mutex> lock(handle_->mutex);
+    sink_.erase(ns, keys);
+  }
+  std::size_t size() const override {
+    const std::lock_guard<std::mutex> lock(handle_->mutex);
+    return sink_.size();
+  }
+  bool may_refuse() const override { return sink_.may_refuse(); }
+
+ private:
+  prefixhit_device_block_index* handle_;
+  prefixhit::DeviceBlockIndexSink sink_;
+};
+
+}  // namespace
+
+namespace prefixhit::capi {
+
+std::unique_ptr<MirrorSink> device_mirror_sink(prefixhit_device_block_index* handle) {
+  return std::make_unique<DeviceMirrorSink>(gpu_handle(handle, "index"));
+}
+
+}  // namespace prefixhit::capi
+
+extern "C" {
+
+int prefixhit_gpu_available(void) {
+  return prefixhit::gpu::device_available() ? 1 : 0;
+}
+
+prefixhit_status prefixhit_device_block_index_create(const prefixhit_block_index_options* options,
+                                                     prefixhit_device_block_index** out) {
+  return guarded([&] {
+    require(out, "out");
+    *out = nullptr;
+    prefixhit::DeviceBlockIndexOptions o;
+    if (options != nullptr) {
+      if (options->initial_capacity != 0) {
+        o.initial_capacity = options->initial_capacity;
+      }
+      if (options->max_load_factor != 0) {
+        o.max_load_factor = options->max_load_factor;
+      }
+      o.max_capacity = options->max_capacity;
+      o.seed = options->seed;
+    }
+    require_gpu("prefixhit_device_block_index_create");
+    *out = std::make_unique<prefixhit_device_block_index>(o).release();
+  });
+}
+
+void prefixhit_device_block_index_destroy(prefixhit_device_block_index* index) {
+  delete index;
+}
+
+prefixhit_status prefixhit_device_block_index_insert_width(prefixhit_device_block_index* index,
+                                                           uint32_t ns, int32_t group_id,
+                                                           size_t digest_size, const uint8_t* keys,
+                                                           size_t num_keys, size_t* inserted) {
+  return apply_keys(index, keys, num_keys, digest_size, inserted,
+                    [&](prefixhit::DeviceBlockIndex& target, const BlockDigest* staged) {
+                      return target.insert(ns, group_id, staged, num_keys, nullptr, digest_size);
+                    });
+}
+
+prefixhit_status prefixhit_device_block_index_erase_width(prefixhit_device_block_index* index,
+                                                          uint32_t ns, int32_t group_id,
+                                                          size_t digest_size, const uint8_t* keys,
+                                                          size_t num_keys, size_t* erased) {
+  return apply_keys(index, keys, num_keys, digest_size, erased,
+                    [&](prefixhit::DeviceBlockIndex& target, const BlockDigest* staged) {
+                      return target.erase(ns, group_id, staged, num_keys, nullptr, digest_size);
+                    });
+}
+
+prefixhit_status prefixhit_device_block_index_contains_width(
+    const prefixhit_device_block_index* index, uint32_t ns, int32_t group_id, size_t digest_size,
+    const uint8_t* keys, size_t num_keys, uint8_t* present) {
+  return guarded([&] {
+    const prefixhit_device_block_index& handle = gpu_handle(index, "index");
+    const DigestInput input(keys, num_keys, "keys", digest_size);
+    if (num_keys != 0) {
+      require(present, "present");
+    }
+    const std::lock_guard<std::mutex> lock(handle.mutex);
+    const auto* staged = static_cast<const BlockDigest*>(
+        handle.keys.upload(input.view().data(), num_keys * sizeof(BlockDigest)));
+    auto* answers = static_cast<std::uint8_t*>(handle.present.reserve(num_keys));
+    handle.index.contains(ns, group_id, staged, num_keys, answers, nullptr, digest_size);
+    handle.present.download(present, num_keys);
+  });
+}
+
+prefixhit_status prefixhit_device_block_index_size(const prefixhit_device_block_index* index,
+                                                   size_t* out) {
+  return guarded([&] {
+    const prefixhit_device_block_index& handle = gpu_handle(index, "index");
+    require(out, "out");
+    const std::lock_guard<std::mutex> lock(handle.mutex);
+    *out = handle.index.size();
+  });
+}
+
+prefixhit_status prefixhit_gpu_engine_create(const prefixhit_coordinator* coordinator,
+                                             prefixhit_gpu_engine** out) {
+  return guarded([&] {
+    require(out, "out");
+    *out = nullptr;
+    const prefixhit::Coordinator& c = prefixhit::capi::coordinator_of(coordinator);
+    require_gpu("prefixhit_gpu_engine_create");
+    *out = std::make_unique<prefixhit_gpu_engine>(c).release();
+  });
+}
+
+void prefixhit_gpu_engine_destroy(prefixhit_gpu_engine* engine) {
+  delete engine;
+}
+
+prefixhit_status prefixhit_find_longest_cache_hits_gpu(
+    const prefixhit_gpu_engine* engine, const uint8_t* digests, size_t num_digests,
+    const int64_t* offsets, const int64_t* max_lengths, const uint8_t* apply_eagle,
+    size_t num_requests, const prefixhit_device_block_index* index, uint32_t ns,
+    int64_t* hit_lengths, int64_t* num_blocks, int64_t* num_placeholders) {
+  return guarded([&] {
+    // prefixhit_find_longest_cache_hits' checks in its order; the engine stands for the
+    // coordinator (the batch's digest width and its validation are the coordinator's).
+    require(offsets, "offsets");
+    if (num_requests != 0) {
+      require(max_lengths, "max_lengths");
+      require(hit_lengths, "hit_lengths");
+      require(num_blocks, "num_blocks");
+      require(num_placeholders, "num_placeholders");
+    }
+    const prefixhit::gpu::BatchLookupEngine& e = gpu_handle(engine, "engine").engine;
+    const prefixhit::Coordinator& c = e.coordinator();
+    const DigestInput input(digests, num_digests, "digests", c.config().digest_size);
+    const prefixhit::LookupBatch batch =
+        prefixhit::capi::make_batch(input, offsets, max_lengths, apply_eagle, num_requests);
+    const prefixhit_device_block_index& handle = gpu_handle(index, "index");
+    prefixhit::capi::check_lookup_namespace(ns, "ns");
+    // The engine checks the batch (Coordinator::validate_batch) before it stages anything.
+    const std::lock_guard<std::mutex> lock(handle.mutex);
+    const prefixhit::BatchLookupResult result = e.find_longest_cache_hits(batch, handle.index, ns);
+    std::copy(result.hit_lengths.begin(), result.hit_lengths.end(), hit_lengths);
+    std::copy(result.num_blocks.begin(), result.num_blocks.end(), num_blocks);
+    std::copy(result.num_placeholders.begin(), result.num_placeholders.end(), num_placeholders);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,330 @@
+/* The event mirror into a device index through the C ABI (prefixhit_mirror_create_device). A
+ * libzmq PUB socket publishes vLLM KV events (msgpack written here byte by byte: tagged-map
+ * BlockStored / BlockRemoved events with 64-bit integer hashes over two groups, and
+ * AllBlocksCleared); after each batch of messages, prefixhit_mirror_wait_for_seq, then
+ * prefixhit_device_block_index_contains_width (8-byte keys: a hash's big-endian bytes) must
+ * answer exactly what was published, and GPU lookups of the mirrored index equal CPU lookups of a
+ * block index holding the same keys. While the mirror's thread applies a window of events, this
+ * thread keeps calling the device index and the GPU lookup (the handle's mutex makes that safe).
+ * Without a device: PREFIXHIT_STATUS_UNAVAILABLE. Seeded: PREFIXHIT_SEED replays. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "check.h"
+#include "prefixhit/prefixhit.h"
+
+static int failures = 0;
+
+enum { K = 192, G = 2, W = 8, R = 4, MESSAGES = 48, CHECK_EVERY = 8 };
+
+static uint64_t rng_state;
+
+static uint64_t next(void) { /* xorshift64* */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 2685821657736338717ULL;
+}
+
+/* ---- a msgpack writer: just what the events need ---- */
+static uint8_t buf[1 << 16];
+static size_t len;
+
+static void put(uint8_t byte) {
+  if (len < sizeof buf) {
+    buf[len++] = byte;
+  }
+}
+static void put_be(uint64_t v, int bytes) {
+  int i;
+  for (i = bytes - 1; i >= 0; --i) {
+    put((uint8_t)(v >> (8 * i)));
+  }
+}
+static void put_str(const char* s) { /* fixstr (< 32 bytes) */
+  const size_t n = strlen(s);
+  put((uint8_t)(0xa0 | n));
+  while (*s != '\0') {
+    put((uint8_t)*s++);
+  }
+}
+static void put_array(size_t n) { /* array 16 */
+  put(0xdc);
+  put_be(n, 2);
+}
+static void put_u64(uint64_t v) {
+  put(0xcf);
+  put_be(v, 8);
+}
+
+static uint64_t hashes[K];
+static int present[G][K]; /* what the published events leave in the store */
+static size_t chosen[16];
+
+/* One event: stores an absent run of keys, or removes some present ones, of group g. */
+static void put_event(int stored) {
+  const int g = (int)(next() % G);
+  size_t n = 0, i;
+  if (stored) {
+    const size_t start = (size_t)(next() % K);
+    for (i = start; i < K && n < 16; ++i) {
+      if (!present[g][i]) {
+        chosen[n++] = i;
+        present[g][i] = 1;
+      }
+    }
+  } else {
+    for (i = 0; i < 64 && n < 8; ++i) {
+      const size_t k = (size_t)(next() % K);
+      if (present[g][k]) {
+        chosen[n++] = k;
+        present[g][k] = 0;
+      }
+    }
+  }
+  put((uint8_t)(stored ? 0x87 : 0x84)); /* fixmap */
+  put_str("type");
+  put_str(stored ? "BlockStored" : "BlockRemoved");
+  put_str("block_hashes");
+  put_array(n);
+  for (i = 0; i < n; ++i) {
+    put_u64(hashes[chosen[i]]);
+  }
+  if (stored) {
+    put_str("parent_block_hash");
+    put(0xc0); /* nil */
+    put_str("token_ids");
+    put_array(0);
+    put_str("block_size");
+    put(16);
+  }
+  put_str("medium");
+  put_str("GPU");
+  put_str("group_idx");
+  put((uint8_t)g);
+}
+
+/* [ts, events, dp_rank]: `cleared` sends one AllBlocksCleared, else 1-3 random events. */
+static void make_payload(int cleared) {
+  int e, events;
+  len = 0;
+  put(0x93);
+  put(0xcb); /* float64 1.0 */
+  put_be(0x3ff0000000000000ULL, 8);
+  if (cleared) {
+    put(0x91);
+    put(0x81); /* {"type": "AllBlocksCleared"} */
+    put_str("type");
+    put_str("AllBlocksCleared");
+    memset(present, 0, sizeof present);
+  } else {
+    events = 1 + (int)(next() % 3);
+    put((uint8_t)(0x90 | events));
+    for (e = 0; e < events; ++e) {
+      put_event(next() % 3 != 0);
+    }
+  }
+  put(0x00);
+}
+
+static void publish(void* pub, uint64_t seq) {
+  uint8_t seq_be[8];
+  int i;
+  for (i = 0; i < 8; ++i) {
+    seq_be[i] = (uint8_t)(seq >> (8 * (7 - i)));
+  }
+  zmq_send(pub, "kv", 2, ZMQ_SNDMORE);
+  zmq_send(pub, seq_be, 8, ZMQ_SNDMORE);
+  zmq_send(pub, buf, len, 0);
+}
+
+static uint8_t keys[K * W];
+static uint8_t answers[K];
+static int64_t offsets[R + 1], max_lengths[R];
+static int64_t cpu_hits[R], gpu_hits[R], cpu_blocks[R * G], gpu_blocks[R * G];
+static int64_t cpu_placeholders[R * G], gpu_placeholders[R * G];
+
+/* The device index against the published state: contains, size, and lookups. */
+static int compare(const prefixhit_coordinator* coord, const prefixhit_gpu_engine* engine,
+                   const prefixhit_device_block_index* gpu) {
+  prefixhit_block_index* cpu = NULL;
+  prefixhit_store store;
+  size_t size = 0, expected = 0;
+  int g, k, r, hits = 0;
+  OK(prefixhit_block_index_create(NULL, &cpu));
+  for (g = 0; g < G; ++g) {
+    OK(prefixhit_device_block_index_contains_width(gpu, 0, g, W, keys, K, answers));
+    for (k = 0; k < K; ++k) {
+      CHECK(answers[k] == (uint8_t)present[g][k]);
+      if (present[g][k]) {
+        ++expected;
+        OK(prefixhit_block_index_insert_width(cpu, 0, g, W, keys + k * W, 1, NULL));
+      }
+    }
+  }
+  OK(prefixhit_device_block_index_size(gpu, &size));
+  CHECK(size == expected);
+  memset(&store, 0, sizeof store);
+  store.block_index = cpu;
+  OK(prefixhit_find_longest_cache_hits(coord, keys, (size_t)offsets[R], offsets, max_lengths, NULL,
+                                       R, &store, 1, cpu_hits, cpu_blocks, cpu_placeholders));
+  OK(prefixhit_find_longest_cache_hits_gpu(engine, keys, (size_t)offsets[R], offsets, max_lengths,
+                                           NULL, R, gpu, 0, gpu_hits, gpu_blocks,
+                                           gpu_placeholders));
+  CHECK(memcmp(cpu_hits, gpu_hits, sizeof cpu_hits) == 0);
+  CHECK(memcmp(cpu_blocks, gpu_blocks, sizeof cpu_blocks) == 0);
+  CHECK(memcmp(cpu_placeholders, gpu_placeholders, sizeof cpu_placeholders) == 0);
+  for (r = 0; r < R; ++r) {
+    hits += cpu_hits[r] > 0 ? 1 : 0;
+  }
+  prefixhit_block_index_destroy(cpu);
+  return hits;
+}
+
+int main(void) {
+  const char* env = getenv("PREFIXHIT_SEED");
+  const uint64_t seed = env != NULL && *env != '\0' ? strtoull(env, NULL, 10)
+                                                    : (uint64_t)time(NULL) ^ (uint64_t)clock();
+  const int gpu_ok = prefixhit_gpu_available();
+  prefixhit_group_spec groups[G];
+  prefixhit_config config;
+  prefixhit_block_index_options index_options;
+  prefixhit_mirror_options options;
+  prefixhit_mirror_stats stats;
+  prefixhit_coordinator* coord = NULL;
+  prefixhit_gpu_engine* engine = NULL;
+  prefixhit_device_block_index* gpu = NULL;
+  prefixhit_mirror* mirror = NULL;
+  const char* endpoints[1];
+  char endpoint[256];
+  size_t endpoint_len = sizeof endpoint;
+  void* ctx;
+  void* pub;
+  uint64_t seq = 0;
+  int reached = 0, m, k, b, r, hits = 0, concurrent = 0;
+
+  printf("c_api_mirror_device seed %llu (replay with PREFIXHIT_SEED=%llu), GPU %s\n",
+         (unsigned long long)seed, (unsigned long long)seed, gpu_ok ? "available" : "unavailable");
+  rng_state = seed * 2 + 1;
+  memset(&options, 0, sizeof options);
+  options.format = PREFIXHIT_EVENTS_VLLM;
+  if (!gpu_ok || !prefixhit_mirror_available()) {
+    endpoints[0] = "tcp://127.0.0.1:1";
+    options.endpoints = endpoints;
+    options.num_endpoints = 1;
+    FAILS(prefixhit_mirror_create_device(&options, NULL, &mirror), PREFIXHIT_STATUS_UNAVAILABLE);
+    CHECK(mirror == NULL);
+    printf("c_api_mirror_device: %s\n", failures == 0 ? "ok" : "FAILED");
+    return failures == 0 ? 0 : 1;
+  }
+
+  memset(groups, 0, sizeof groups);
+  groups[0].kind = PREFIXHIT_FULL_ATTENTION;
+  groups[0].block_size = 16;
+  groups[1].kind = PREFIXHIT_SLIDING_WINDOW;
+  groups[1].block_size = 8;
+  groups[1].sliding_window = 16;
+  memset(&config, 0, sizeof config);
+  config.hash_block_size = 4;
+  config.scheduler_block_size = 16;
+  config.retention_interval = PREFIXHIT_NO_RETENTION_INTERVAL;
+  config.groups = groups;
+  config.num_groups = G;
+  config.digest_size = W;
+  OK(prefixhit_coordinator_create(&config, &coord));
+  OK(prefixhit_gpu_engine_create(coord, &engine));
+  memset(&index_options, 0, sizeof index_options);
+  index_options.initial_capacity = 64; /* grows while the mirror writes */
+  OK(prefixhit_device_block_index_create(&index_options, &gpu));
+
+  /* Distinct hashes (the low bits are the index), as keys: their big-endian bytes. Requests
+   * look up runs of them. */
+  for (k = 0; k < K; ++k) {
+    hashes[k] = (next() << 8) | (uint64_t)k;
+    for (b = 0; b < W; ++b) {
+      keys[k * W + b] = (uint8_t)(hashes[k] >> (8 * (W - 1 - b)));
+    }
+  }
+  offsets[0] = 0;
+  for (r = 0; r < R; ++r) {
+    offsets[r + 1] = offsets[r] + K / R;
+    max_lengths[r] = (int64_t)(next() % (K / R * 4 + 1));
+  }
+
+  ctx = zmq_ctx_new();
+  pub = zmq_socket(ctx, ZMQ_PUB);
+  CHECK(zmq_bind(pub, "tcp://127.0.0.1:*") == 0);
+  CHECK(zmq_getsockopt(pub, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_len) == 0);
+  endpoints[0] = endpoint;
+  options.endpoints = endpoints;
+  options.num_endpoints = 1;
+  FAILS(prefixhit_mirror_create_device(&options, NULL, &mirror), PREFIXHIT_STATUS_INVALID_ARGUMENT);
+  FAILS(prefixhit_mirror_create_device(NULL, gpu, &mirror), PREFIXHIT_STATUS_INVALID_ARGUMENT);
+  OK(prefixhit_mirror_create_device(&options, gpu, &mirror));
+
+  /* Clears until the subscription is up (the first ones may go out before it connects). */
+  make_payload(1);
+  for (seq = 0; seq < 400 && !reached; ++seq) {
+    publish(pub, seq);
+    OK(prefixhit_mirror_wait_for_seq(mirror, seq, 0.05, &reached));
+  }
+  CHECK(reached == 1);
+
+  for (m = 0; m < MESSAGES; ++m, ++seq) {
+    make_payload(m == MESSAGES / 2); /* one AllBlocksCleared half way */
+    publish(pub, seq);
+    if ((m + 1) % CHECK_EVERY != 0) {
+      continue;
+    }
+    /* A window of messages is out: the mirror applies them on its own thread while this one
+     * keeps calling the index and the GPU lookup, until the last has been applied. */
+    reached = 0;
+    for (k = 0; k < 1000 && !reached; ++k) {
+      OK(prefixhit_device_block_index_contains_width(gpu, 0, (int)(next() % G), W, keys, K,
+                                                     answers));
+      OK(prefixhit_find_longest_cache_hits_gpu(engine, keys, (size_t)offsets[R], offsets,
+                                               max_lengths, NULL, R, gpu, 0, gpu_hits, gpu_blocks,
+                                               gpu_placeholders));
+      OK(prefixhit_mirror_wait_for_seq(mirror, seq, 0.0, &reached));
+      concurrent += reached ? 0 : 1;
+    }
+    OK(prefixhit_mirror_wait_for_seq(mirror, seq, 30.0, &reached));
+    CHECK(reached == 1);
+    hits += compare(coord, engine, gpu);
+  }
+  OK(prefixhit_mirror_get_stats(mirror, &stats));
+  printf(
+      "c_api_mirror_device: %llu messages, %llu stored / %llu removed hashes, %d requests with "
+      "a hit, %d rounds of calls while the mirror was behind\n",
+      (unsigned long long)stats.messages, (unsigned long long)stats.hashes_stored,
+      (unsigned long long)stats.hashes_removed, hits, concurrent);
+  CHECK(stats.malformed_messages == 0 && stats.malformed_events == 0 && stats.failed_events == 0);
+  CHECK(stats.hashes_stored > 0 && stats.hashes_removed > 0 && stats.events_cleared >= 1);
+  CHECK(stats.index_keys == stats.keys);
+
+  /* A last AllBlocksCleared empties the index. */
+  make_payload(1);
+  publish(pub, seq);
+  OK(prefixhit_mirror_wait_for_seq(mirror, seq, 30.0, &reached));
+  CHECK(reached == 1);
+  compare(coord, engine, gpu);
+
+  OK(prefixhit_mirror_stop(mirror));
+  prefixhit_mirror_destroy(mirror); /* before the index it writes to */
+  zmq_close(pub);
+  zmq_ctx_term(ctx);
+  prefixhit_device_block_index_destroy(gpu);
+  prefixhit_gpu_engine_destroy(engine);
+  prefixhit_coordinator_destroy(coord);
+  if (failures != 0) {
+    fprintf(stderr, "c_api_mirror_device: %d checks failed (seed %llu)\n", failures,
+            (unsigned long long)seed);
+    return 1;
+  }
+  printf("c_api_mirror_device: ok\n");
+  return 0;
+}
