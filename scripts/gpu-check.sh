@@ -4,7 +4,8 @@
 #      scripts/prepare-carry.sh: header-only libraries, GoogleTest's sources; Google Benchmark
 #      is used only if it links);
 #   2. runs every GPU test (the differential ones on fresh random requests) and the
-#      conformance vectors of both public folders on the GPU backend;
+#      conformance vectors of both public folders on the GPU backend, then the C ABI's GPU
+#      tests (router scores, device index, device mirror), each against the CPU calls;
 #   3. runs compute-sanitizer memcheck and racecheck on small inputs;
 #   4. runs the GPU benchmarks (`prefixhit bench --backend gpu`, plus the Google Benchmark
 #      suites when they were built);
@@ -87,6 +88,24 @@ if [ -x "$cli" ]; then
   [ "${PREFIXHIT_STRICT_VLLM033:-0}" = 1 ] && [ $rc -ne 0 ] && result=FAILED
   row "vectors vllm-0.33 (gpu)" "$result" "$(tail -1 "$OUT/conformance-gpu-vllm033.log")"
 fi
+
+# ---- 2b. the C ABI's GPU calls (router scores, device index, device mirror) --------------------
+# Each compares the GPU call with the CPU call on random inputs; on a GPU none may take its
+# no-device path ("GPU unavailable"). The mirror test is built only where ZeroMQ and msgpack are.
+for t in c_api_router_gpu c_api_device_index c_api_mirror_device; do
+  if cmake --build "$build" -j "$(nproc)" --target "prefixhit_$t" >>"$OUT/build.log" 2>&1; then
+    log "C ABI: $t"
+    timeout 120 "$build/tests/prefixhit_$t" >"$OUT/$t.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && ! grep -q "GPU unavailable" "$OUT/$t.log"; then
+      row "C ABI $t" ok "$(tail -1 "$OUT/$t.log")"
+    else
+      row "C ABI $t" FAILED "rc $rc: $(tail -1 "$OUT/$t.log")"
+    fi
+  else
+    row "C ABI $t" skipped "not built here (see build.log)"
+  fi
+done
 
 # ---- 3. compute-sanitizer -----------------------------------------------------------------------
 if command -v compute-sanitizer >/dev/null && [ -x "$gpu_tests" ]; then

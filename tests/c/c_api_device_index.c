@@ -6,7 +6,7 @@
  * some keys; a failing request has the CPU call's status and message. Without one, every call is
  * PREFIXHIT_STATUS_UNAVAILABLE with a message. Either way bad arguments are
  * PREFIXHIT_STATUS_INVALID_ARGUMENT naming the argument. Seeded: prints the seed,
- * PREFIXHIT_SEED replays it. */
+ * PREFIXHIT_TEST_SEED replays it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,13 +327,13 @@ static void run_without_device(const prefixhit_group_spec* groups) {
 
 int main(void) {
   prefixhit_group_spec groups[G];
-  const char* env = getenv("PREFIXHIT_SEED");
+  const char* env = getenv("PREFIXHIT_TEST_SEED");
   const uint64_t seed = env != NULL && *env != '\0' ? strtoull(env, NULL, 10)
                                                     : (uint64_t)time(NULL) ^ (uint64_t)clock();
   const int gpu = prefixhit_gpu_available();
   int hits = 0;
 
-  printf("c_api_device_index seed %llu (replay with PREFIXHIT_SEED=%llu), GPU %s\n",
+  printf("c_api_device_index seed %llu (replay with PREFIXHIT_TEST_SEED=%llu), GPU %s\n",
          (unsigned long long)seed, (unsigned long long)seed, gpu ? "available" : "unavailable");
   rng_state = seed * 2 + 1;
   memset(groups, 0, sizeof groups);

@@ -6,7 +6,7 @@
  * answer exactly what was published, and GPU lookups of the mirrored index equal CPU lookups of a
  * block index holding the same keys. While the mirror's thread applies a window of events, this
  * thread keeps calling the device index and the GPU lookup (the handle's mutex makes that safe).
- * Without a device: PREFIXHIT_STATUS_UNAVAILABLE. Seeded: PREFIXHIT_SEED replays. */
+ * Without a device: PREFIXHIT_STATUS_UNAVAILABLE. Seeded: PREFIXHIT_TEST_SEED replays. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,7 +186,7 @@ static int compare(const prefixhit_coordinator* coord, const prefixhit_gpu_engin
 }
 
 int main(void) {
-  const char* env = getenv("PREFIXHIT_SEED");
+  const char* env = getenv("PREFIXHIT_TEST_SEED");
   const uint64_t seed = env != NULL && *env != '\0' ? strtoull(env, NULL, 10)
                                                     : (uint64_t)time(NULL) ^ (uint64_t)clock();
   const int gpu_ok = prefixhit_gpu_available();
@@ -207,7 +207,7 @@ int main(void) {
   uint64_t seq = 0;
   int reached = 0, m, k, b, r, hits = 0, concurrent = 0;
 
-  printf("c_api_mirror_device seed %llu (replay with PREFIXHIT_SEED=%llu), GPU %s\n",
+  printf("c_api_mirror_device seed %llu (replay with PREFIXHIT_TEST_SEED=%llu), GPU %s\n",
          (unsigned long long)seed, (unsigned long long)seed, gpu_ok ? "available" : "unavailable");
   rng_state = seed * 2 + 1;
   memset(&options, 0, sizeof options);
