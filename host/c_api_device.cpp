@@ -203,17 +203,7 @@ prefixhit_status prefixhit_device_block_index_create(const prefixhit_block_index
   return guarded([&] {
     require(out, "out");
     *out = nullptr;
-    prefixhit::DeviceBlockIndexOptions o;
-    if (options != nullptr) {
-      if (options->initial_capacity != 0) {
-        o.initial_capacity = options->initial_capacity;
-      }
-      if (options->max_load_factor != 0) {
-        o.max_load_factor = options->max_load_factor;
-      }
-      o.max_capacity = options->max_capacity;
-      o.seed = options->seed;
-    }
+    const auto o = prefixhit::capi::index_options<prefixhit::DeviceBlockIndexOptions>(options);
     require_gpu("prefixhit_device_block_index_create");
     *out = std::make_unique<prefixhit_device_block_index>(o).release();
   });

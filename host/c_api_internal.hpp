@@ -147,6 +147,24 @@ inline void check_lookup_namespace(std::uint32_t ns, const char* what) {
   }
 }
 
+/// The C options of a block index as the C++ options of either index (BlockIndexOptions,
+/// DeviceBlockIndexOptions: the same fields); NULL and zero fields keep the defaults.
+template <class Options>
+Options index_options(const prefixhit_block_index_options* options) {
+  Options o;
+  if (options != nullptr) {
+    if (options->initial_capacity != 0) {
+      o.initial_capacity = options->initial_capacity;
+    }
+    if (options->max_load_factor != 0) {
+      o.max_load_factor = options->max_load_factor;
+    }
+    o.max_capacity = options->max_capacity;
+    o.seed = options->seed;
+  }
+  return o;
+}
+
 /// The index behind a handle; throws InvalidArgument for NULL.
 BlockIndex& block_index_of(prefixhit_block_index* handle);
 /// The coordinator behind a handle; throws InvalidArgument for NULL.

@@ -104,18 +104,8 @@ prefixhit_status prefixhit_block_index_create(const prefixhit_block_index_option
   return guarded([&] {
     require(out, "out");
     *out = nullptr;
-    prefixhit::BlockIndexOptions o;
-    if (options != nullptr) {
-      if (options->initial_capacity != 0) {
-        o.initial_capacity = options->initial_capacity;
-      }
-      if (options->max_load_factor != 0) {
-        o.max_load_factor = options->max_load_factor;
-      }
-      o.max_capacity = options->max_capacity;
-      o.seed = options->seed;
-    }
-    *out = new prefixhit_block_index{prefixhit::BlockIndex(o)};
+    *out = new prefixhit_block_index{prefixhit::BlockIndex(
+        prefixhit::capi::index_options<prefixhit::BlockIndexOptions>(options))};
   });
 }
 
