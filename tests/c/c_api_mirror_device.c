@@ -16,19 +16,11 @@
 
 #include "check.h"
 #include "prefixhit/prefixhit.h"
+#include "random.h"
 
 static int failures = 0;
 
 enum { K = 192, G = 2, W = 8, R = 4, MESSAGES = 48, CHECK_EVERY = 8 };
-
-static uint64_t rng_state;
-
-static uint64_t next(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 2685821657736338717ULL;
-}
 
 /* ---- a msgpack writer: just what the events need ---- */
 static uint8_t buf[1 << 16];
@@ -186,9 +178,7 @@ static int compare(const prefixhit_coordinator* coord, const prefixhit_gpu_engin
 }
 
 int main(void) {
-  const char* env = getenv("PREFIXHIT_TEST_SEED");
-  const uint64_t seed = env != NULL && *env != '\0' ? strtoull(env, NULL, 10)
-                                                    : (uint64_t)time(NULL) ^ (uint64_t)clock();
+  const uint64_t seed = test_seed();
   const int gpu_ok = prefixhit_gpu_available();
   prefixhit_group_spec groups[G];
   prefixhit_config config;
@@ -209,7 +199,7 @@ int main(void) {
 
   printf("c_api_mirror_device seed %llu (replay with PREFIXHIT_TEST_SEED=%llu), GPU %s\n",
          (unsigned long long)seed, (unsigned long long)seed, gpu_ok ? "available" : "unavailable");
-  rng_state = seed * 2 + 1;
+  seed_rng(seed);
   memset(&options, 0, sizeof options);
   options.format = PREFIXHIT_EVENTS_VLLM;
   if (!gpu_ok || !prefixhit_mirror_available()) {

@@ -12,19 +12,11 @@
 
 #include "check.h"
 #include "prefixhit/prefixhit.h"
+#include "random.h"
 
 static int failures = 0;
 
 enum { W = 70, R = 6, MAX_HASHES = 64, D = PREFIXHIT_DIGEST_SIZE, G = 2 };
-
-static uint64_t rng_state;
-
-static uint64_t next(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 2685821657736338717ULL;
-}
 
 static uint8_t digests[R * MAX_HASHES * D];
 static int64_t offsets[R + 1];
@@ -40,9 +32,7 @@ int main(void) {
   prefixhit_coordinator* coord = NULL;
   prefixhit_coordinator* window_only = NULL;
   prefixhit_residency* residency = NULL;
-  const char* env = getenv("PREFIXHIT_TEST_SEED");
-  const uint64_t seed = env != NULL && *env != '\0' ? strtoull(env, NULL, 10)
-                                                    : (uint64_t)time(NULL) ^ (uint64_t)clock();
+  const uint64_t seed = test_seed();
   const int gpu = prefixhit_router_gpu_available();
   char cpu_error[512];
   int64_t bad_offsets[2] = {0, 5};
@@ -52,7 +42,7 @@ int main(void) {
 
   printf("c_api_router_gpu seed %llu (replay with PREFIXHIT_TEST_SEED=%llu), GPU %s\n",
          (unsigned long long)seed, (unsigned long long)seed, gpu ? "available" : "unavailable");
-  rng_state = seed * 2 + 1;
+  seed_rng(seed);
   memset(groups, 0, sizeof groups);
   groups[0].kind = PREFIXHIT_FULL_ATTENTION;
   groups[0].block_size = 16;
