@@ -284,13 +284,8 @@ prefixhit_status prefixhit_find_longest_cache_hits_gpu(
   return guarded([&] {
     // prefixhit_find_longest_cache_hits' checks in its order; the engine stands for the
     // coordinator (the batch's digest width and its validation are the coordinator's).
-    require(offsets, "offsets");
-    if (num_requests != 0) {
-      require(max_lengths, "max_lengths");
-      require(hit_lengths, "hit_lengths");
-      require(num_blocks, "num_blocks");
-      require(num_placeholders, "num_placeholders");
-    }
+    prefixhit::capi::require_lookup_arrays(offsets, max_lengths, hit_lengths, num_blocks,
+                                           num_placeholders, num_requests);
     const prefixhit::gpu::BatchLookupEngine& e = gpu_handle(engine, "engine").engine;
     const prefixhit::Coordinator& c = e.coordinator();
     const DigestInput input(digests, num_digests, "digests", c.config().digest_size);

@@ -147,6 +147,20 @@ inline void check_lookup_namespace(std::uint32_t ns, const char* what) {
   }
 }
 
+/// The pointer checks of a batch lookup (CPU or GPU), in their order: offsets always, the
+/// per-request inputs and outputs when there are requests.
+inline void require_lookup_arrays(const std::int64_t* offsets, const std::int64_t* max_lengths,
+                                  const std::int64_t* hit_lengths, const std::int64_t* num_blocks,
+                                  const std::int64_t* num_placeholders, std::size_t num_requests) {
+  require(offsets, "offsets");
+  if (num_requests != 0) {
+    require(max_lengths, "max_lengths");
+    require(hit_lengths, "hit_lengths");
+    require(num_blocks, "num_blocks");
+    require(num_placeholders, "num_placeholders");
+  }
+}
+
 /// The C options of a block index as the C++ options of either index (BlockIndexOptions,
 /// DeviceBlockIndexOptions: the same fields); NULL and zero fields keep the defaults.
 template <class Options>

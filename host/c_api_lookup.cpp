@@ -277,13 +277,8 @@ prefixhit_status prefixhit_find_longest_cache_hits(
     int64_t* num_blocks, int64_t* num_placeholders) {
   return guarded([&] {
     require(coordinator, "coordinator");
-    require(offsets, "offsets");
-    if (num_requests != 0) {
-      require(max_lengths, "max_lengths");
-      require(hit_lengths, "hit_lengths");
-      require(num_blocks, "num_blocks");
-      require(num_placeholders, "num_placeholders");
-    }
+    prefixhit::capi::require_lookup_arrays(offsets, max_lengths, hit_lengths, num_blocks,
+                                           num_placeholders, num_requests);
     const DigestInput input(digests_in, num_digests, "digests",
                             coordinator->coordinator.config().digest_size);
     const prefixhit::LookupBatch batch =
