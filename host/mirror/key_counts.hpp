@@ -8,7 +8,7 @@
 // on a tag match or a move. An entry is one trivially copyable cache line (the common
 // single-holder case needs nothing more; extra holders live in a side pool). Deletion shifts
 // the entries after the hole back (no tombstones), so store/remove churn never forces a
-// rehash and the table stays at most half full.
+// rehash and the table stays at most three quarters full.
 #pragma once
 
 #include <cstdint>
@@ -49,15 +49,20 @@ class KeyCounts {
   static_assert(sizeof(Entry) == 64, "one entry per cache line");
   static_assert(std::is_trivially_copyable_v<Entry>);
 
+  /// The most a table is filled, kMaxLoadNum / kMaxLoadDen: linear probes stay short (a probe's
+  /// tags share one or two cache lines) at 2/3 of the memory of a table kept half full.
+  static constexpr std::size_t kMaxLoadNum = 3;
+  static constexpr std::size_t kMaxLoadDen = 4;
+
   explicit KeyCounts(std::uint64_t seed) : seed_(seed | 1U) { rehash(1024); }
 
   /// Makes room so that `extra` more keys can be added without a rehash: entry indices stay
   /// valid until the next reserve() or drop_empty().
   void reserve(std::size_t extra) {
-    // At most half full (short linear probes); growing leaves it at most a quarter full.
-    if ((live_ + extra) * 2 >= tags_.size()) {
+    // At most kMaxLoad full; a growth doubles until the table is at most half of that.
+    if ((live_ + extra) * kMaxLoadDen >= tags_.size() * kMaxLoadNum) {
       std::size_t want = tags_.size();
-      while ((live_ + extra) * 4 >= want) {
+      while ((live_ + extra) * kMaxLoadDen * 2 >= want * kMaxLoadNum) {
         want *= 2;
       }
       rehash(want);
