@@ -335,12 +335,12 @@ struct EventMirror::Impl {
       ++applier.stats().replays;
     }
     bool first = true;
-    const mirror::ReplayOutcome outcome = mirror::request_replay(
-        context, endpoint_name, start, options.replay_timeout_ms,
-        [&](std::uint64_t seq, const zmq::message_t& payload) {
-          apply_replayed(endpoint, first && seq > start ? start : seq, seq, payload);
-          first = false;
-        });
+    const mirror::ReplayOutcome outcome =
+        mirror::request_replay(context, endpoint_name, start, options.replay_timeout_ms,
+                               [&](std::uint64_t seq, const zmq::message_t& payload) {
+                                 apply_replayed(endpoint, start, first, seq, payload);
+                                 first = false;
+                               });
     if (!outcome.completed) {
       why = outcome.why;
       return false;
@@ -353,16 +353,17 @@ struct EventMirror::Impl {
     return true;
   }
 
-  /// One replayed message. `lost_from` < `seq` when it is the replay's first and the publisher
-  /// no longer holds messages [lost_from, seq): those are lost, so resync before applying.
-  void apply_replayed(std::size_t endpoint, std::uint64_t lost_from, std::uint64_t seq,
+  /// One replayed message of a replay asked from `start`. The first one says whether the
+  /// publisher still holds `start`: if it begins later, what lies between is lost, so resync
+  /// before applying.
+  void apply_replayed(std::size_t endpoint, std::uint64_t start, bool first, std::uint64_t seq,
                       const zmq::message_t& payload) {
     Stream& stream = streams[endpoint];
-    if (lost_from < seq) {
-      const std::string why = "the publisher no longer holds message " + std::to_string(lost_from) +
+    if (first && seq > start) {
+      const std::string why = "the publisher no longer holds message " + std::to_string(start) +
                               " (replay starts at " + std::to_string(seq) + ")";
       std::lock_guard<std::mutex> lock(state_mutex);
-      applier.stats().missed_messages += seq - lost_from;
+      applier.stats().missed_messages += seq - start;
       resync_locked(why);
     }
     if (stream.has_seq && seq <= stream.last_seq) {

@@ -52,7 +52,6 @@ ReplayOutcome request_replay(
       on_message(seq, frames.back());
     }
   } catch (const zmq::error_t& e) {
-    out.completed = false;
     out.why = std::string("replay failed: ") + e.what();
     return out;
   }
