@@ -1,11 +1,13 @@
 // Host probes: how the shared finders (detail/finders.hpp) see a store on the CPU.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "prefixhit/detail/hd.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/error_kind.hpp"
 #include "prefixhit/errors.hpp"
@@ -97,6 +99,19 @@ struct AllPresentProbe {
     return low_bits(count);
   }
 };
+
+/// Per spec group of `plan`, how many keys ahead a scan prefetches, at most `limit` (into out[0 ..
+/// num_spec_groups - 1]): a sliding-window scan usually stops within its window's blocks, so
+/// prefetching further only wastes misses; other scans walk on. The router's scorers use it.
+inline void scan_prefetch_depths(const LookupPlan& plan, int limit, int* out) {
+  for (int k = 0; k < plan.num_spec_groups; ++k) {
+    const SpecGroupPlan& spec = plan.spec_groups[k];
+    out[k] = spec.finder == FinderKind::sliding_window
+                 ? static_cast<int>(std::min<std::int64_t>(
+                       limit, ceil_div(spec.window - 1, spec.block_size) + 1))
+                 : limit;
+  }
+}
 
 /// One lookup for run_planned_lookups: its request (hashes, n, max_length, apply_eagle) and
 /// where its answer goes (hits: one GroupHit per spec group).

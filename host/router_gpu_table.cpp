@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "host/checks.hpp"
+#include "host/probes.hpp"
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/finders.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
@@ -242,15 +243,8 @@ void fill_reached(const detail::LookupPlan& plan, TableFiller& filler, WorkerSet
   // Pending classes: `words` of workers, then the chain blocks they all hold.
   std::vector<std::uint64_t> stack(cls);
   stack.push_back(0);
-  // A window scan usually stops within its window's blocks: prefetch no further than that.
   int scan_depth[kMaxGroups];
-  for (int k = 0; k < plan.num_spec_groups; ++k) {
-    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
-    scan_depth[k] = spec.finder == FinderKind::sliding_window
-                        ? static_cast<int>(std::min<std::int64_t>(
-                              kPrefetch, detail::ceil_div(spec.window - 1, spec.block_size) + 1))
-                        : kPrefetch;
-  }
+  detail::scan_prefetch_depths(plan, kPrefetch, scan_depth);
   ReachProbe probe{&plan,
                    &filler,
                    &table,

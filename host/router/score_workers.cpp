@@ -59,17 +59,8 @@ RouterScores score_workers(const Coordinator& coordinator, const LookupBatch& ba
   out.num_placeholders.assign(r * nw * g, 0);
 
   std::uint32_t metas[kMaxGroups];
-  // A window scan usually stops after its window's blocks: prefetching further only wastes
-  // misses. Other scans walk on: kPrefetch ahead.
   int scan_depth[kMaxGroups];
-  for (int k = 0; k < plan.num_spec_groups; ++k) {
-    const detail::SpecGroupPlan& spec = plan.spec_groups[k];
-    scan_depth[k] = ClassProbe::kPrefetch;
-    if (spec.finder == FinderKind::sliding_window) {
-      scan_depth[k] = static_cast<int>(std::min<std::int64_t>(
-          ClassProbe::kPrefetch, detail::ceil_div(spec.window - 1, spec.block_size) + 1));
-    }
-  }
+  detail::scan_prefetch_depths(plan, ClassProbe::kPrefetch, scan_depth);
   for (int gid = 0; gid < plan.num_groups; ++gid) {
     metas[gid] = Impl::make_meta(options.ns, gid, static_cast<std::size_t>(plan.digest_size));
   }
