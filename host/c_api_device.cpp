@@ -20,6 +20,8 @@
 
 #if defined(PREFIXHIT_WITH_CUDA)
 #include <cuda_runtime.h>
+
+#include "kernels/cuda_host.cuh"
 #endif
 
 namespace {
@@ -32,51 +34,28 @@ using prefixhit::capi::require;
 
 #if defined(PREFIXHIT_WITH_CUDA)
 
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear it, so the next call does not report it again
-    throw prefixhit::CudaError(std::string("device block index: ") + what + ": " +
-                               cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
-  }
-}
-
-/// Device memory that only grows, so that a steady stream of calls allocates nothing. Used only
-/// under its handle's mutex. The copies are synchronous on the legacy default stream, which the
-/// index's calls (stream nullptr) are ordered with.
+/// The handle's staging: keys up, answers down, in the grow-only device buffers of the GPU
+/// engines (kernels/cuda_host.cuh). Used only under its handle's mutex; ordered on the legacy
+/// default stream, as the index's calls (stream nullptr) are.
 class DeviceStage {
  public:
-  DeviceStage() = default;
-  ~DeviceStage() { cudaFree(ptr_); }
-  DeviceStage(const DeviceStage&) = delete;
-  DeviceStage& operator=(const DeviceStage&) = delete;
-
-  void* reserve(std::size_t bytes) {
-    if (bytes > capacity_) {
-      const std::size_t want = std::max(bytes, capacity_ * 2);
-      void* next = nullptr;
-      check_cuda(cudaMalloc(&next, want), "cudaMalloc of staging memory");
-      cudaFree(ptr_);
-      ptr_ = next;
-      capacity_ = want;
-    }
-    return ptr_;
+  const BlockDigest* upload_keys(const BlockDigest* host, std::size_t count) {
+    return keys_.upload(host, count, nullptr, "device block index: copying keys");
   }
-  void* upload(const void* host, std::size_t bytes) {
-    void* device = reserve(bytes);
-    if (bytes != 0) {
-      check_cuda(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copying keys");
-    }
-    return device;
+  std::uint8_t* answers(std::size_t count) {
+    return answers_.reserve(count + 1, "device block index: cudaMalloc of answers");
   }
-  void download(void* host, std::size_t bytes) const {
-    if (bytes != 0) {
-      check_cuda(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), "copying answers");
-    }
+  /// Copies the first `count` answers to `host`, once the work before them is done.
+  void download_answers(std::uint8_t* host, std::size_t count) const {
+    namespace cuda_host = prefixhit::gpu::cuda_host;
+    cuda_host::copy_async(host, answers_.data(), count, cudaMemcpyDeviceToHost, nullptr,
+                          "device block index: copying answers");
+    cuda_host::check(cudaStreamSynchronize(nullptr), "device block index: copying answers");
   }
 
  private:
-  void* ptr_ = nullptr;
-  std::size_t capacity_ = 0;
+  prefixhit::gpu::cuda_host::DeviceBuffer<BlockDigest> keys_;
+  prefixhit::gpu::cuda_host::DeviceBuffer<std::uint8_t> answers_;
 };
 
 #else
@@ -84,9 +63,9 @@ class DeviceStage {
 /// Never reached (no device index exists without CUDA); throws all the same.
 class DeviceStage {
  public:
-  void* reserve(std::size_t /*bytes*/) { no_cuda(); }
-  void* upload(const void* /*host*/, std::size_t /*bytes*/) { no_cuda(); }
-  void download(void* /*host*/, std::size_t /*bytes*/) const { no_cuda(); }
+  const BlockDigest* upload_keys(const BlockDigest* /*host*/, std::size_t /*count*/) { no_cuda(); }
+  std::uint8_t* answers(std::size_t /*count*/) { no_cuda(); }
+  void download_answers(std::uint8_t* /*host*/, std::size_t /*count*/) const { no_cuda(); }
 
  private:
   [[noreturn]] static void no_cuda() {
@@ -105,8 +84,7 @@ struct prefixhit_device_block_index {
   // DeviceBlockIndex is not synchronised: every C call holds this, and so do a device mirror's
   // writes (DeviceMirrorSink) and GPU lookups of the index. It also guards the staging.
   mutable std::mutex mutex;
-  mutable DeviceStage keys;
-  mutable DeviceStage present;
+  mutable DeviceStage stage;
 };
 
 struct prefixhit_gpu_engine {
@@ -148,8 +126,7 @@ prefixhit_status apply_keys(prefixhit_device_block_index* index, const std::uint
     prefixhit_device_block_index& handle = gpu_handle(index, "index");
     const DigestInput input(keys, num_keys, "keys", digest_size);
     const std::lock_guard<std::mutex> lock(handle.mutex);
-    const auto* staged = static_cast<const BlockDigest*>(
-        handle.keys.upload(input.view().data(), num_keys * sizeof(BlockDigest)));
+    const BlockDigest* staged = handle.stage.upload_keys(input.view().data(), num_keys);
     const std::size_t n = apply(handle.index, staged);
     if (count != nullptr) {
       *count = n;
@@ -243,11 +220,10 @@ prefixhit_status prefixhit_device_block_index_contains_width(
       require(present, "present");
     }
     const std::lock_guard<std::mutex> lock(handle.mutex);
-    const auto* staged = static_cast<const BlockDigest*>(
-        handle.keys.upload(input.view().data(), num_keys * sizeof(BlockDigest)));
-    auto* answers = static_cast<std::uint8_t*>(handle.present.reserve(num_keys));
+    const BlockDigest* staged = handle.stage.upload_keys(input.view().data(), num_keys);
+    std::uint8_t* answers = handle.stage.answers(num_keys);
     handle.index.contains(ns, group_id, staged, num_keys, answers, nullptr, digest_size);
-    handle.present.download(present, num_keys);
+    handle.stage.download_answers(present, num_keys);
   });
 }
 

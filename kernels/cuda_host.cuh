@@ -1,6 +1,7 @@
 // Host-side CUDA helpers of the GPU engines (batch_lookup.cu, router_score.cu,
-// device_residency.cu): errors as typed exceptions, empty-safe async copies, grow-only device
-// staging and event timing of a synchronous call.
+// device_residency.cu), the mirror's device sink and the C ABI's device index: errors as typed
+// exceptions, empty-safe async copies, grow-only device staging and event timing of a synchronous
+// call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,6 +56,13 @@ class DeviceBuffer {
       capacity_ = count;
     }
     return data_;
+  }
+  /// Copies `count` items from the host into the buffer (grown as needed; one spare item, since
+  /// cudaMalloc(0) gives no usable address), ordered on `stream`; returns the device copy.
+  T* upload(const T* host, std::size_t count, cudaStream_t stream, const char* what) {
+    T* device = reserve(count + 1, what);
+    copy_async(device, host, count * sizeof(T), cudaMemcpyHostToDevice, stream, what);
+    return device;
   }
   T* data() const noexcept { return data_; }
 
