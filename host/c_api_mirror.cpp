@@ -61,6 +61,9 @@ prefixhit::EventMirrorOptions mirror_options(const prefixhit_mirror_options* opt
   if (options->queue_capacity != 0) {
     o.queue_capacity = options->queue_capacity;
   }
+  if (options->queue_max_keys != 0) {
+    o.queue_max_keys = options->queue_max_keys;
+  }
   if (options->replay_timeout_ms != 0) {
     o.replay_timeout_ms = options->replay_timeout_ms;
   }

@@ -348,6 +348,10 @@ typedef struct prefixhit_mirror_options {
   int32_t tp_size, pcp_size, dcp_size, pp_size;
   const char* model;
   const char* cache_prefix;
+  /* Decoded block hashes the queued messages may hold; the receiver waits past it unless the
+   * queue is empty (a larger message goes through alone). 0: the default (2^20). Last, so the
+   * fields above keep their offsets. */
+  size_t queue_max_keys;
 } prefixhit_mirror_options;
 
 typedef struct prefixhit_mirror_stats {
