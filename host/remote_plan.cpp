@@ -10,23 +10,17 @@
 #include <vector>
 
 #include "host/nvtx.hpp"
+#include "prefixhit/detail/hd.hpp"
 #include "prefixhit/errors.hpp"
 
 namespace prefixhit {
 
+using detail::floor_div;
 using remote::GroupKey;
 using remote::kNotCandidate;
 using remote::kPending;
 using remote::kUnasked;
 using remote::Unknown;
-
-namespace {
-
-std::int64_t floor_div(std::int64_t a, std::int64_t b) {
-  return a / b - ((a % b != 0) && ((a < 0) != (b < 0)) ? 1 : 0);
-}
-
-}  // namespace
 
 RemoteLookup::Impl::Impl(const Coordinator& coordinator, const StoreLayout& layout,
                          const RemoteOptions& opts)
