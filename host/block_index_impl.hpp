@@ -49,33 +49,37 @@ struct BlockIndex::Impl {
                              place(key));
   }
 
-  /// The home-bucket answer of a key whose header line is in cache: found, or not found and
-  /// decided (the bucket has an empty slot), or undecided (a full bucket: the key may lie
-  /// further along its sequence, find_slot follows it).
+  /// A key's home-bucket match, from its header line: the lanes whose tag and meta word equal
+  /// the key's (the digests to compare), and kOpenBucket when the bucket has an empty slot (a
+  /// miss there is decided: no key lies further along its sequence).
+  static constexpr std::uint32_t kOpenBucket = 1U << 31;
+
+  /// The home-bucket answer of a key from its match: found, or not found and decided (an open
+  /// bucket), or undecided (a full bucket: the key may lie further along its sequence,
+  /// find_slot follows it). A candidate's meta word is known equal, so only its digest is
+  /// compared.
   bool home_answer(const detail::SlotKey& key, const detail::SlotPlace& p,
-                   std::uint32_t candidates) const {
-    const detail::BucketHeader* header = table.headers.get() + p.bucket;
+                   std::uint32_t match) const {
     const BlockDigest* digests = table.digests.get();
-    for (std::uint32_t c = candidates; c != 0; c &= c - 1) {
-      const int lane = __builtin_ctz(c);
-      if (detail::slot_key_equal(key, digests[detail::slot_of(p.bucket, lane)],
-                                 header->metas[lane])) {
+    for (std::uint32_t c = match & detail::kBucketLanes; c != 0; c &= c - 1) {
+      if (cpu_index::digest_equal(key, digests[detail::slot_of(p.bucket, __builtin_ctz(c))])) {
         return true;
       }
     }
-    if (cpu_index::match_tags(header, detail::kEmptyTag) == 0) {
+    if ((match & kOpenBucket) == 0) {
       return detail::find_slot(table.headers.get(), digests, table.bucket_mask, key, p) >= 0;
     }
     return false;
   }
 
-  /// Prefetches the digest line of a key's first candidate in its home bucket (header in cache).
+  /// Matches a key's home bucket (header in cache) and prefetches its first candidate's digest.
   std::uint32_t match_and_prefetch(const detail::SlotKey& key, const detail::SlotPlace& p) const {
-    const std::uint32_t c = cpu_index::candidates_of(table.headers.get() + p.bucket, p.tag, key);
+    const detail::BucketHeader* header = table.headers.get() + p.bucket;
+    const std::uint32_t c = cpu_index::candidates_of(header, p.tag, key);
     if (c != 0) {
       cpu_index::prefetch(table.digests.get() + detail::slot_of(p.bucket, __builtin_ctz(c)));
     }
-    return c;
+    return c | (cpu_index::match_tags(header, detail::kEmptyTag) != 0 ? kOpenBucket : 0U);
   }
 
   /// Answers up to 64 keys: hashes them all, prefetches their home bucket headers, then the

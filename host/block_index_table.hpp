@@ -17,6 +17,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace prefixhit::cpu_index {
 
@@ -99,6 +102,20 @@ inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint
     }
   }
   return c;
+}
+
+/// Whether a stored digest is the key's (all 32 bytes; the meta word is compared apart): two
+/// 16-byte compares on SSE2, else the shared word compare.
+inline bool digest_equal(const detail::SlotKey& key, const BlockDigest& stored) {
+#if defined(__SSE2__)
+  const auto* a = reinterpret_cast<const __m128i*>(key.w);
+  const auto* b = reinterpret_cast<const __m128i*>(&stored);
+  const __m128i eq = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128(a), _mm_loadu_si128(b)),
+                                   _mm_cmpeq_epi8(_mm_loadu_si128(a + 1), _mm_loadu_si128(b + 1)));
+  return _mm_movemask_epi8(eq) == 0xFFFF;
+#else
+  return detail::slot_key_equal(key, stored, static_cast<std::uint32_t>(key.meta));
+#endif
 }
 
 inline void prefetch(const void* p) {

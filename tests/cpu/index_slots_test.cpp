@@ -3,6 +3,8 @@
 // the probe loop and the capacity policy. The GPU kernels run exactly these functions.
 #include "prefixhit/detail/index_slots.hpp"
 
+#include "host/block_index_table.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -201,6 +203,29 @@ TEST(IndexSlots, TagMatchersAgreeWithTheLaneByLaneTwin) {
         expected |= static_cast<std::uint32_t>(bytes[j] == tag) << j;
       }
       ASSERT_EQ(match_byte8(word, static_cast<std::uint8_t>(tag)), expected);
+    }
+  }
+}
+
+TEST(IndexSlots, CpuDigestCompareAgreesWithTheWordCompare) {
+  // cpu_index::digest_equal (the CPU index's fast path: two 16-byte compares) against the shared
+  // word compare, for equal digests and digests that differ in one byte, at every position.
+  std::mt19937_64 rng(fresh_seed());
+  for (int trial = 0; trial < 2000; ++trial) {
+    BlockDigest digest;
+    for (auto& b : digest.bytes) {
+      b = static_cast<std::uint8_t>(rng() % (trial % 2 == 0 ? 256 : 2));
+    }
+    const SlotKey key = make_slot_key(digest, static_cast<std::uint32_t>(rng()));
+    ASSERT_TRUE(cpu_index::digest_equal(key, digest));
+    ASSERT_TRUE(slot_key_equal(key, digest, static_cast<std::uint32_t>(key.meta)));
+    for (std::size_t i = 0; i < digest.bytes.size(); ++i) {
+      BlockDigest other = digest;
+      other.bytes[i] = static_cast<std::uint8_t>(other.bytes[i] ^ (1U << (rng() % 8)));
+      ASSERT_EQ(cpu_index::digest_equal(key, other),
+                slot_key_equal(key, other, static_cast<std::uint32_t>(key.meta)))
+          << "byte " << i;
+      ASSERT_FALSE(cpu_index::digest_equal(key, other)) << "byte " << i;
     }
   }
 }
