@@ -68,6 +68,11 @@ struct MemoryLimit {
   /// The share of the wall time the two threads had a core (their CPU time over twice the wall
   /// time): near 1 on a quiet machine; the scaling below holds only then.
   double two_thread_overlap = 0;
+  /// A hit's own lines read independently, per key: the caller's digest where it lies (the
+  /// probed keys of one pass of lookups, in order), a header line and a digest line at random
+  /// in the buffer. What this layout's lookup would cost if it did nothing but move its lines
+  /// (0: not measured).
+  double hit_lines_ns = 0;
   std::uint64_t checksum = 0;
   /// Reads one core keeps in flight: DRAM latency over the independent-read time.
   double in_flight() const { return independent_ns > 0 ? dependent_ns / independent_ns : 0; }
@@ -78,8 +83,10 @@ struct MemoryLimit {
   }
 };
 
-/// Random reads over a buffer of `bytes` (allocated like the index: huge pages where allowed).
-MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed);
+/// Random reads over a buffer of `bytes` (allocated like the index: huge pages where allowed);
+/// `probed` (may be empty): the caller digests a pass of lookups probed, for hit_lines_ns.
+MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
+                                 const std::vector<const BlockDigest*>& probed);
 
 /// Times the lookup ops of `workload` on the GPU with batches of `requests` requests, for at
 /// least `min_seconds` each. Throws Unavailable without CUDA or a device.

@@ -1,6 +1,7 @@
 // The in-run memory limit of `prefixhit bench` (issue 14): random 64-byte reads over a buffer of
 // the index's size, one after another (each address read from the previous line: DRAM latency)
-// and independent of each other (what one core's misses in flight allow).
+// and independent of each other (what one core's misses in flight allow), and the lines a hit
+// of the index's layout moves, read independently for the keys a pass of lookups probed.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "host/cli/bench.hpp"
 #include "prefixhit/errors.hpp"
@@ -65,13 +67,43 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
   return ns;
 }
 
+/// Independent reads of a hit's lines for every probed key: its caller digest (at its own
+/// address, so its page walks count too) and two random lines of the buffer (header, digest).
+/// Returns the thread CPU ns per key; adds what it read to `sum`.
+double hit_line_reads(const Line* line, std::uint64_t lines,
+                      const std::vector<const BlockDigest*>& probed, std::uint64_t seed,
+                      std::uint64_t& sum) {
+  std::uint64_t state = seed | 1U;
+  std::uint64_t local = 0;
+  // Passes over the keys in lookup order, as the bench cycles through its requests.
+  const std::size_t passes = std::max<std::size_t>(1, 2'000'000 / probed.size());
+  const double start = thread_cpu_seconds();
+  for (std::size_t pass = 0; pass < passes; ++pass) {
+    for (const BlockDigest* key : probed) {
+      std::uint64_t idx[2];
+      for (std::uint64_t& x : idx) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        __extension__ typedef unsigned __int128 u128;
+        x = static_cast<std::uint64_t>((static_cast<u128>(state) * lines) >> 64);
+      }
+      // Its first and last byte: a digest that straddles two lines moves both.
+      local += key->bytes[0] + key->bytes[31] + line[idx[0]].pad[0] + line[idx[1]].pad[0];
+    }
+  }
+  const double ns =
+      (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(passes * probed.size());
+  sum += local;
+  return ns;
+}
+
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
 
-MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed) {
+MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
+                                 const std::vector<const BlockDigest*>& probed) {
   constexpr std::uint64_t kHuge = std::uint64_t{1} << 21;
   const std::uint64_t lines = std::max<std::uint64_t>(bytes / sizeof(Line), 2);
   const std::uint64_t alloc = ((lines * sizeof(Line)) + kHuge - 1) & ~(kHuge - 1);
@@ -111,6 +143,9 @@ MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed) {
   const std::uint64_t independent_reads_per_thread = 8'000'000;
   std::uint64_t sum = at;
   limit.independent_ns = independent_reads(line, lines, seed, independent_reads_per_thread, sum);
+  if (!probed.empty()) {
+    limit.hit_lines_ns = hit_line_reads(line, lines, probed, seed + 7, sum);
+  }
   std::atomic<int> ready{0};
   std::uint64_t sums[2] = {0, 0};
   double ns[2] = {0, 0};

@@ -154,6 +154,25 @@ TEST_F(CliHostile, AbsurdBenchSizesGetAMessageNotBadAlloc) {
       "--requests");
 }
 
+TEST_F(CliHostile, BenchRefusesAnUnknownHashPageSize) {
+  expect_refused({"bench", "--hash-pages", "1g"}, "--hash-pages");
+}
+
+// Not hostile: a small bench run says what it measured (issue 14): the pages its hashes lie on,
+// the in-run limit with a hit's lines, and each lookup row beside them.
+TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
+  const Outcome o = run_cli({"bench", "--workload", "dsv4-flash", "--requests", "2", "--tokens",
+                             "4096", "--min-time", "0.001", "--hash-pages", "2m", "--json"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("\"hash_pages\":\"2m\""), std::string::npos) << o.output;
+  const std::string field = "\"hit_lines_ns_per_key\":";
+  const std::size_t at = o.output.find(field);
+  ASSERT_NE(at, std::string::npos) << o.output;
+  EXPECT_GT(std::strtod(o.output.c_str() + at + field.size(), nullptr), 0.0) << o.output;
+  EXPECT_NE(o.output.find("\"op\":\"lookup_full_store\""), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("\"x_hit_lines\":"), std::string::npos) << o.output;
+}
+
 TEST_F(CliHostile, AFileSizeLimitIsAnIoErrorNotSigxfsz) {
   // `ulimit -f 64`: before, the save died of SIGXFSZ.
   expect_refused({"index", "save", "--synthetic", "2000", file("big.pfx")}, "io_error", 64 * 1024);
