@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <random>
@@ -68,26 +69,24 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
 }
 
 /// Independent reads of a hit's lines for every probed key: its caller digest (at its own
-/// address, so its page walks count too) and two random lines of the buffer (header, digest).
-/// Returns the thread CPU ns per key; adds what it read to `sum`.
+/// address, so its page walks count too; both lines when it straddles two) and two lines of the
+/// buffer (header, digest) that its digest picks, as the index's hash does: a key reads the same
+/// lines on every pass, so they stay in cache exactly as often as the lookup's. Returns the
+/// thread CPU ns per key; adds what it read to `sum`.
 double hit_line_reads(const Line* line, std::uint64_t lines,
-                      const std::vector<const BlockDigest*>& probed, std::uint64_t seed,
-                      std::uint64_t& sum) {
-  std::uint64_t state = seed | 1U;
+                      const std::vector<const BlockDigest*>& probed, std::uint64_t& sum) {
   std::uint64_t local = 0;
   // Passes over the keys in lookup order, as the bench cycles through its requests.
   const std::size_t passes = std::max<std::size_t>(1, 2'000'000 / probed.size());
   const double start = thread_cpu_seconds();
   for (std::size_t pass = 0; pass < passes; ++pass) {
     for (const BlockDigest* key : probed) {
-      std::uint64_t idx[2];
-      for (std::uint64_t& x : idx) {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        __extension__ typedef unsigned __int128 u128;
-        x = static_cast<std::uint64_t>((static_cast<u128>(state) * lines) >> 64);
-      }
-      // Its first and last byte: a digest that straddles two lines moves both.
-      local += key->bytes[0] + key->bytes[31] + line[idx[0]].pad[0] + line[idx[1]].pad[0];
+      std::uint64_t w[2];
+      std::memcpy(w, key->bytes.data(), sizeof(w));
+      __extension__ typedef unsigned __int128 u128;
+      const auto header = static_cast<std::uint64_t>((static_cast<u128>(w[0]) * lines) >> 64);
+      const auto digest = static_cast<std::uint64_t>((static_cast<u128>(w[1]) * lines) >> 64);
+      local += key->bytes[31] + line[header].pad[0] + line[digest].pad[0];
     }
   }
   const double ns =
@@ -144,7 +143,7 @@ MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
   std::uint64_t sum = at;
   limit.independent_ns = independent_reads(line, lines, seed, independent_reads_per_thread, sum);
   if (!probed.empty()) {
-    limit.hit_lines_ns = hit_line_reads(line, lines, probed, seed + 7, sum);
+    limit.hit_lines_ns = hit_line_reads(line, lines, probed, sum);
   }
   std::atomic<int> ready{0};
   std::uint64_t sums[2] = {0, 0};
