@@ -13,6 +13,7 @@
 
 #include "host/nvtx.hpp"
 #include "kernels/batch_lookup.cuh"
+#include "kernels/batch_staging.cuh"
 #include "kernels/cuda_host.cuh"
 #include "prefixhit/device_block_index.hpp"
 #include "prefixhit/errors.hpp"
@@ -181,70 +182,17 @@ struct BatchLookupEngine::Impl {
 
   // Staging of the host overloads (guarded by `mutex`).
   std::mutex mutex;
-  DeviceBuffer<BlockDigest> digests;
-  DeviceBuffer<std::int64_t> offsets;
-  DeviceBuffer<std::int64_t> max_lengths;
-  DeviceBuffer<std::uint8_t> apply_eagle;
-  DeviceBuffer<std::uint8_t> presence;
-  DeviceBuffer<std::int64_t> hit_lengths;
-  DeviceBuffer<std::int64_t> num_blocks;
-  DeviceBuffer<std::int64_t> num_placeholders;
-  DeviceBuffer<ErrorKind> status;
-  DeviceBuffer<std::int64_t> first_failed;
-
-  /// Copies a host batch into the staging buffers; returns it as a DeviceBatch.
-  DeviceBatch stage(const LookupBatch& batch, cudaStream_t stream) {
-    const std::size_t r = batch.num_requests();
-    DeviceBatch d;
-    d.num_requests = static_cast<std::int64_t>(r);
-    d.digests = digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
-    d.offsets = offsets.reserve(r + 1, "cudaMalloc(offsets)");
-    d.max_lengths = max_lengths.reserve(r, "cudaMalloc(max_lengths)");
-    copy_async(digests.data(), batch.digests.data(), batch.digests.size() * sizeof(BlockDigest),
-               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(digests)");
-    copy_async(offsets.data(), batch.offsets.data(), (r + 1) * sizeof(std::int64_t),
-               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(offsets)");
-    copy_async(max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
-               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(max_lengths)");
-    if (!batch.apply_eagle.empty()) {
-      d.apply_eagle = apply_eagle.reserve(r, "cudaMalloc(apply_eagle)");
-      copy_async(apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice, stream,
-                 "cudaMemcpyAsync(apply_eagle)");
-    }
-    return d;
-  }
-
-  DeviceLookupOutput outputs(std::size_t r) {
-    const std::size_t g = static_cast<std::size_t>(plan.num_groups);
-    DeviceLookupOutput out;
-    out.hit_lengths = hit_lengths.reserve(r, "cudaMalloc(hit_lengths)");
-    out.num_blocks = num_blocks.reserve(r * g, "cudaMalloc(num_blocks)");
-    out.num_placeholders = num_placeholders.reserve(r * g, "cudaMalloc(num_placeholders)");
-    out.status = status.reserve(r, "cudaMalloc(status)");
-    out.first_failed = first_failed.reserve(1, "cudaMalloc(first_failed)");
-    return out;
-  }
+  cuda_host::BatchStaging staging;
 
   /// Copies the results back, synchronises, and throws the first failing request's error.
   BatchLookupResult collect(const LookupBatch& batch, const DeviceLookupOutput& out,
                             cudaStream_t stream, EventTimer& timer) {
     const std::size_t r = batch.num_requests();
-    const std::size_t g = static_cast<std::size_t>(plan.num_groups);
     BatchLookupResult result;
-    result.num_requests = r;
-    result.num_groups = plan.num_groups;
-    result.hit_lengths.resize(r);
-    result.num_blocks.resize(r * g);
-    result.num_placeholders.resize(r * g);
     std::int64_t failed = 0;
     copy_async(&failed, out.first_failed, sizeof(failed), cudaMemcpyDeviceToHost, stream,
                "cudaMemcpyAsync(first_failed)");
-    copy_async(result.hit_lengths.data(), out.hit_lengths, r * sizeof(std::int64_t),
-               cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(hit_lengths)");
-    copy_async(result.num_blocks.data(), out.num_blocks, r * g * sizeof(std::int64_t),
-               cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(num_blocks)");
-    copy_async(result.num_placeholders.data(), out.num_placeholders, r * g * sizeof(std::int64_t),
-               cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(num_placeholders)");
+    cuda_host::download_async(out, r, plan.num_groups, result, stream);
     check(cudaStreamSynchronize(stream), "batch lookup");
     timer.report();
     if (failed < 0 || static_cast<std::size_t>(failed) > r) {
@@ -374,8 +322,8 @@ BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& 
   impl.coordinator.validate_batch(batch);
   check_digests(batch.digests, impl.coordinator.config().digest_size, "batch digests");
   const std::lock_guard<std::mutex> lock(impl.mutex);
-  const DeviceBatch d = impl.stage(batch, stream);
-  const DeviceLookupOutput out = impl.outputs(batch.num_requests());
+  const DeviceBatch d = impl.staging.upload(batch, stream);
+  const DeviceLookupOutput out = impl.staging.outputs(batch.num_requests(), impl.plan.num_groups);
   EventTimer timer(timing, stream);
   lookup_async(d, index.ref(), ns, out, stream);
   timer.stop();
@@ -398,11 +346,11 @@ BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& 
                           std::to_string(g * batch.digests.size()));
   }
   const std::lock_guard<std::mutex> lock(impl.mutex);
-  const DeviceBatch d = impl.stage(batch, stream);
-  std::uint8_t* table = impl.presence.reserve(presence.size() + 1, "cudaMalloc(presence)");
+  const DeviceBatch d = impl.staging.upload(batch, stream);
+  std::uint8_t* table = impl.staging.presence.reserve(presence.size() + 1, "cudaMalloc(presence)");
   copy_async(table, presence.data(), presence.size(), cudaMemcpyHostToDevice, stream,
              "cudaMemcpyAsync(presence)");
-  const DeviceLookupOutput out = impl.outputs(batch.num_requests());
+  const DeviceLookupOutput out = impl.staging.outputs(batch.num_requests(), impl.plan.num_groups);
   EventTimer timer(timing, stream);
   lookup_async(d, table, out, stream);
   timer.stop();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "host/nvtx.hpp"
+#include "kernels/batch_staging.cuh"
 #include "kernels/cuda_host.cuh"
 #include "prefixhit/device_block_index.hpp"
 #include "prefixhit/errors.hpp"
@@ -65,16 +66,7 @@ struct DeviceBatchBuffers::Impl {
   std::size_t num_digests = 0;
   DeviceBatch batch;
   DeviceLookupOutput out;
-  DeviceBuffer<BlockDigest> digests;
-  DeviceBuffer<std::int64_t> offsets;
-  DeviceBuffer<std::int64_t> max_lengths;
-  DeviceBuffer<std::uint8_t> apply_eagle;
-  DeviceBuffer<std::uint8_t> presence;
-  DeviceBuffer<std::int64_t> hit_lengths;
-  DeviceBuffer<std::int64_t> num_blocks;
-  DeviceBuffer<std::int64_t> num_placeholders;
-  DeviceBuffer<ErrorKind> status;
-  DeviceBuffer<std::int64_t> first_failed;
+  cuda_host::BatchStaging staging;
 
   std::size_t requests() const { return static_cast<std::size_t>(batch.num_requests); }
   std::size_t cells() const { return requests() * static_cast<std::size_t>(num_groups); }
@@ -100,31 +92,8 @@ DeviceBatchBuffers::DeviceBatchBuffers(const LookupBatch& batch, int num_groups,
   auto impl = std::make_unique<Impl>();
   impl->num_groups = num_groups;
   impl->num_digests = batch.digests.size();
-  DeviceBatch& d = impl->batch;
-  d.num_requests = static_cast<std::int64_t>(r);
-  // +1 everywhere: cudaMalloc(0) gives no usable address, and an empty batch is legal.
-  d.digests = impl->digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
-  d.offsets = impl->offsets.reserve(r + 1, "cudaMalloc(offsets)");
-  d.max_lengths = impl->max_lengths.reserve(r + 1, "cudaMalloc(max_lengths)");
-  copy_async(impl->digests.data(), batch.digests.data(), batch.digests.size() * sizeof(BlockDigest),
-             cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(digests)");
-  copy_async(impl->offsets.data(), batch.offsets.data(),
-             batch.offsets.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream,
-             "cudaMemcpyAsync(offsets)");
-  copy_async(impl->max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
-             cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(max_lengths)");
-  if (!batch.apply_eagle.empty()) {
-    d.apply_eagle = impl->apply_eagle.reserve(r + 1, "cudaMalloc(apply_eagle)");
-    copy_async(impl->apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice,
-               stream, "cudaMemcpyAsync(apply_eagle)");
-  }
-  DeviceLookupOutput& o = impl->out;
-  o.hit_lengths = impl->hit_lengths.reserve(r + 1, "cudaMalloc(hit_lengths)");
-  o.num_blocks = impl->num_blocks.reserve(impl->cells() + 1, "cudaMalloc(num_blocks)");
-  o.num_placeholders =
-      impl->num_placeholders.reserve(impl->cells() + 1, "cudaMalloc(num_placeholders)");
-  o.status = impl->status.reserve(r + 1, "cudaMalloc(status)");
-  o.first_failed = impl->first_failed.reserve(1, "cudaMalloc(first_failed)");
+  impl->batch = impl->staging.upload(batch, stream);
+  impl->out = impl->staging.outputs(r, num_groups);
   check(cudaStreamSynchronize(stream), "DeviceBatchBuffers upload");
   impl_ = std::move(impl);
 }
@@ -147,7 +116,7 @@ const std::uint8_t* DeviceBatchBuffers::upload_presence(span<const std::uint8_t>
     throw InvalidArgument("presence table has " + std::to_string(presence.size()) +
                           " entries, expected " + std::to_string(want));
   }
-  std::uint8_t* table = impl_->presence.reserve(want + 1, "cudaMalloc(presence)");
+  std::uint8_t* table = impl_->staging.presence.reserve(want + 1, "cudaMalloc(presence)");
   copy_async(table, presence.data(), want, cudaMemcpyHostToDevice, stream,
              "cudaMemcpyAsync(presence)");
   check(cudaStreamSynchronize(stream), "presence upload");
@@ -172,21 +141,8 @@ void DeviceBatchBuffers::fill_outputs(std::uint8_t byte, cudaStream_t stream) {
 }
 
 BatchLookupResult DeviceBatchBuffers::download(cudaStream_t stream) const {
-  const Impl& impl = *impl_;
   BatchLookupResult result;
-  result.num_requests = impl.requests();
-  result.num_groups = impl.num_groups;
-  result.hit_lengths.resize(impl.requests());
-  result.num_blocks.resize(impl.cells());
-  result.num_placeholders.resize(impl.cells());
-  copy_async(result.hit_lengths.data(), impl.out.hit_lengths,
-             impl.requests() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream,
-             "cudaMemcpyAsync(hit_lengths)");
-  copy_async(result.num_blocks.data(), impl.out.num_blocks, impl.cells() * sizeof(std::int64_t),
-             cudaMemcpyDeviceToHost, stream, "cudaMemcpyAsync(num_blocks)");
-  copy_async(result.num_placeholders.data(), impl.out.num_placeholders,
-             impl.cells() * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream,
-             "cudaMemcpyAsync(num_placeholders)");
+  cuda_host::download_async(impl_->out, impl_->requests(), impl_->num_groups, result, stream);
   check(cudaStreamSynchronize(stream), "result download");
   return result;
 }
