@@ -219,22 +219,37 @@ def test_remote_lookup_asks_one_call_per_round(seed: int) -> None:
     rng = random.Random(seed)
     coord = prefixhit.Coordinator(**CONFIGS["dsv4-like"])
     layout = pstore.StoreLayout(coord, "m")
-    prompts = make_prompts(rng, coord, 8)
+    h = coord.hash_block_size
+    # make_prompts may draw only prompts shorter than one scheduler block (nothing to ask): one
+    # prompt of 40 hash blocks makes sure there is (seed 3493471871 drew none).
+    long_prompt = prefixhit.hash_prompt(np.array([rng.randrange(50000) for _ in range(40 * h)],
+                                                 np.int32), h)
+    prompts = make_prompts(rng, coord, 8) + [[bytes(d) for d in long_prompt]]
     store = MemoryStore()
     for p in prompts:
         put_pairs(store, layout, saved_pairs(coord, p), rng)
     stats: dict = {}
-    pstore.worker_lookups(store, coord, layout, [(len(p) * 4, p) for p in prompts],
+    pstore.worker_lookups(store, coord, layout, [(len(p) * h, p) for p in prompts],
                           multi_round=False, stats=stats)
+    assert stats["candidates_total"] > 0
     assert store.calls == stats["rounds"] == 1
     # Shared prefixes are asked once for the whole batch.
     assert stats["candidates_asked"] <= stats["candidates_total"]
     multi: dict = {}
     store.calls = 0
-    pstore.worker_lookups(store, coord, layout, [(len(p) * 4, p) for p in prompts],
+    pstore.worker_lookups(store, coord, layout, [(len(p) * h, p) for p in prompts],
                           multi_round=True, stats=multi)
     assert store.calls == multi["rounds"] >= 1
     assert multi["keys_asked"] <= stats["keys_asked"]
+    # A batch with nothing to ask (every prompt shorter than a scheduler block) calls no one.
+    short = [p[: coord.scheduler_block_size // h - 1] for p in prompts]
+    for multi_round in (False, True):
+        nothing: dict = {}
+        store.calls = 0
+        hits = pstore.worker_lookups(store, coord, layout, [(len(p) * h, p) for p in short],
+                                     multi_round=multi_round, stats=nothing)
+        assert store.calls == nothing["rounds"] == nothing["candidates_total"] == 0
+        assert list(hits) == [0] * len(short)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
