@@ -120,7 +120,6 @@ namespace {
 
 using cuda_host::check;
 using cuda_host::copy_async;
-using cuda_host::DeviceBuffer;
 using cuda_host::EventTimer;
 
 void require_outputs(const DeviceBatch& batch, const DeviceLookupOutput& out) {
@@ -347,9 +346,8 @@ BatchLookupResult BatchLookupEngine::find_longest_cache_hits(const LookupBatch& 
   }
   const std::lock_guard<std::mutex> lock(impl.mutex);
   const DeviceBatch d = impl.staging.upload(batch, stream);
-  std::uint8_t* table = impl.staging.presence.reserve(presence.size() + 1, "cudaMalloc(presence)");
-  copy_async(table, presence.data(), presence.size(), cudaMemcpyHostToDevice, stream,
-             "cudaMemcpyAsync(presence)");
+  const std::uint8_t* table = impl.staging.presence.upload(presence.data(), presence.size(), stream,
+                                                           "cudaMemcpyAsync(presence)");
   const DeviceLookupOutput out = impl.staging.outputs(batch.num_requests(), impl.plan.num_groups);
   EventTimer timer(timing, stream);
   lookup_async(d, table, out, stream);

@@ -26,25 +26,19 @@ struct BatchStaging {
   DeviceBuffer<std::int64_t> first_failed;
 
   /// Enqueues the copy of a host batch (checked by the caller) on `stream`; returns it as a
-  /// DeviceBatch. Every buffer gets one spare item: cudaMalloc(0) gives no usable address, and
-  /// an empty batch is legal.
+  /// DeviceBatch. DeviceBuffer::upload keeps one spare item: an empty batch is legal.
   DeviceBatch upload(const LookupBatch& batch, cudaStream_t stream) {
     const std::size_t r = batch.num_requests();
     DeviceBatch d;
     d.num_requests = static_cast<std::int64_t>(r);
-    d.digests = digests.reserve(batch.digests.size() + 1, "cudaMalloc(digests)");
-    d.offsets = offsets.reserve(r + 1, "cudaMalloc(offsets)");
-    d.max_lengths = max_lengths.reserve(r + 1, "cudaMalloc(max_lengths)");
-    copy_async(digests.data(), batch.digests.data(), batch.digests.size() * sizeof(BlockDigest),
-               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(digests)");
-    copy_async(offsets.data(), batch.offsets.data(), (r + 1) * sizeof(std::int64_t),
-               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(offsets)");
-    copy_async(max_lengths.data(), batch.max_lengths.data(), r * sizeof(std::int64_t),
-               cudaMemcpyHostToDevice, stream, "cudaMemcpyAsync(max_lengths)");
+    d.digests = digests.upload(batch.digests.data(), batch.digests.size(), stream,
+                               "cudaMemcpyAsync(digests)");
+    d.offsets = offsets.upload(batch.offsets.data(), r + 1, stream, "cudaMemcpyAsync(offsets)");
+    d.max_lengths =
+        max_lengths.upload(batch.max_lengths.data(), r, stream, "cudaMemcpyAsync(max_lengths)");
     if (!batch.apply_eagle.empty()) {
-      d.apply_eagle = apply_eagle.reserve(r + 1, "cudaMalloc(apply_eagle)");
-      copy_async(apply_eagle.data(), batch.apply_eagle.data(), r, cudaMemcpyHostToDevice, stream,
-                 "cudaMemcpyAsync(apply_eagle)");
+      d.apply_eagle =
+          apply_eagle.upload(batch.apply_eagle.data(), r, stream, "cudaMemcpyAsync(apply_eagle)");
     }
     return d;
   }

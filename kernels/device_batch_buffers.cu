@@ -116,9 +116,8 @@ const std::uint8_t* DeviceBatchBuffers::upload_presence(span<const std::uint8_t>
     throw InvalidArgument("presence table has " + std::to_string(presence.size()) +
                           " entries, expected " + std::to_string(want));
   }
-  std::uint8_t* table = impl_->staging.presence.reserve(want + 1, "cudaMalloc(presence)");
-  copy_async(table, presence.data(), want, cudaMemcpyHostToDevice, stream,
-             "cudaMemcpyAsync(presence)");
+  const std::uint8_t* table =
+      impl_->staging.presence.upload(presence.data(), want, stream, "cudaMemcpyAsync(presence)");
   check(cudaStreamSynchronize(stream), "presence upload");
   return table;
 }
@@ -171,11 +170,10 @@ std::size_t insert_host_keys(DeviceBlockIndex& index, Namespace ns, int group_id
     return 0;
   }
   DeviceBuffer<BlockDigest> staging;
-  staging.reserve(keys.size(), "cudaMalloc(keys)");
-  copy_async(staging.data(), keys.data(), keys.size() * sizeof(BlockDigest), cudaMemcpyHostToDevice,
-             stream, "cudaMemcpyAsync(keys)");
+  const BlockDigest* staged =
+      staging.upload(keys.data(), keys.size(), stream, "cudaMemcpyAsync(keys)");
   // insert() is synchronous, so the staging buffer outlives its use.
-  return index.insert(ns, group_id, staging.data(), keys.size(), stream, digest_size);
+  return index.insert(ns, group_id, staged, keys.size(), stream, digest_size);
 }
 
 }  // namespace gpu
