@@ -72,14 +72,22 @@ struct BlockIndex::Impl {
     return false;
   }
 
-  /// Matches a key's home bucket (header in cache) and prefetches its first candidate's digest.
-  std::uint32_t match_and_prefetch(const detail::SlotKey& key, const detail::SlotPlace& p) const {
-    const detail::BucketHeader* header = table.headers.get() + p.bucket;
-    const std::uint32_t c = cpu_index::candidates_of(header, p.tag, key);
+  /// Prefetches the digest line of a key's first candidate in its home bucket (header in cache);
+  /// returns the candidates.
+  std::uint32_t prefetch_candidate(const detail::SlotKey& key, const detail::SlotPlace& p) const {
+    const std::uint32_t c = cpu_index::candidates_of(table.headers.get() + p.bucket, p.tag, key);
     if (c != 0) {
       cpu_index::prefetch(table.digests.get() + detail::slot_of(p.bucket, __builtin_ctz(c)));
     }
-    return c | (cpu_index::match_tags(header, detail::kEmptyTag) != 0 ? kOpenBucket : 0U);
+    return c;
+  }
+
+  /// A key's home-bucket match for home_answer (header in cache), its first candidate's digest
+  /// prefetched.
+  std::uint32_t match_and_prefetch(const detail::SlotKey& key, const detail::SlotPlace& p) const {
+    const std::uint32_t c = prefetch_candidate(key, p);
+    const bool open = cpu_index::match_tags(table.headers.get() + p.bucket, detail::kEmptyTag) != 0;
+    return c | (open ? kOpenBucket : 0U);
   }
 
   /// Answers up to 64 keys: hashes them all, prefetches their home bucket headers, then the
@@ -339,7 +347,7 @@ struct BlockIndex::Impl {
       }
       if (i >= kTagAhead && i - kTagAhead < n) {
         const Pending& p = ring[(i - kTagAhead) % kRing];
-        match_and_prefetch(p.key, p.place);
+        prefetch_candidate(p.key, p.place);
       }
       if (i < kLead) {
         continue;

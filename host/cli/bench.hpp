@@ -69,9 +69,9 @@ struct MemoryLimit {
   /// time): near 1 on a quiet machine; the scaling below holds only then.
   double two_thread_overlap = 0;
   /// A hit's own lines read independently, per key: the caller's digest where it lies (the
-  /// probed keys of one pass of lookups, in order), a header line and a digest line at random
-  /// in the buffer. What this layout's lookup would cost if it did nothing but move its lines
-  /// (0: not measured).
+  /// probed keys of one pass of lookups, in order) and a header and a digest line of the buffer
+  /// that the digest picks, as the index's hash does. What this layout's lookup would cost if
+  /// it did nothing but move its lines (0: not measured).
   double hit_lines_ns = 0;
   std::uint64_t checksum = 0;
   /// Reads one core keeps in flight: DRAM latency over the independent-read time.

@@ -46,6 +46,12 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+/// A 64-bit value scaled onto [0, lines): the high word of value * lines.
+std::uint64_t line_index(std::uint64_t value, std::uint64_t lines) {
+  __extension__ typedef unsigned __int128 u128;
+  return static_cast<std::uint64_t>((static_cast<u128>(value) * lines) >> 64);
+}
+
 /// `reads` random reads over `lines` lines whose addresses come from a generator that never
 /// waits on memory (the out-of-order core keeps as many in flight as it can). Returns the
 /// thread CPU ns per read; adds what it read to `sum`.
@@ -58,8 +64,7 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
     std::uint64_t idx[4];
     for (std::uint64_t& x : idx) {
       state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      __extension__ typedef unsigned __int128 u128;
-      x = static_cast<std::uint64_t>((static_cast<u128>(state) * lines) >> 64);  // in [0, lines)
+      x = line_index(state, lines);
     }
     local += line[idx[0]].pad[0] + line[idx[1]].pad[0] + line[idx[2]].pad[0] + line[idx[3]].pad[0];
   }
@@ -83,10 +88,8 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
     for (const BlockDigest* key : probed) {
       std::uint64_t w[2];
       std::memcpy(w, key->bytes.data(), sizeof(w));
-      __extension__ typedef unsigned __int128 u128;
-      const auto header = static_cast<std::uint64_t>((static_cast<u128>(w[0]) * lines) >> 64);
-      const auto digest = static_cast<std::uint64_t>((static_cast<u128>(w[1]) * lines) >> 64);
-      local += key->bytes[31] + line[header].pad[0] + line[digest].pad[0];
+      local += key->bytes[31] + line[line_index(w[0], lines)].pad[0] +
+               line[line_index(w[1], lines)].pad[0];
     }
   }
   const double ns =
