@@ -43,7 +43,6 @@ namespace {
 
 using cpu_index::allocate_table;
 using cpu_index::clear_headers;
-using cpu_index::prefetch;
 using cpu_index::Table;
 using detail::kBucketSlots;
 using detail::SlotKey;
@@ -200,7 +199,10 @@ void BlockIndex::contains(Namespace ns, int group_id, span<const BlockDigest> ke
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   impl.lookup_many(
-      keys.size(), [&](std::size_t i) { return detail::make_slot_key(keys[i], meta); }, keys.data(),
+      keys.size(),
+      [&](std::size_t i) {
+        return Impl::KeyRef{&keys[i], meta};
+      },
       out);
 }
 
@@ -222,9 +224,9 @@ void BlockIndex::contains(Namespace ns, span<const std::int32_t> group_ids,
   impl.lookup_many(
       keys.size(),
       [&](std::size_t i) {
-        return detail::make_slot_key(keys[i], detail::pack_meta(ns, group_ids[i], code));
+        return Impl::KeyRef{&keys[i], detail::pack_meta(ns, group_ids[i], code)};
       },
-      keys.data(), out);
+      out);
 }
 
 bool BlockIndex::contains(Namespace ns, int group_id, const BlockDigest& key,
@@ -303,8 +305,9 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
       detail::pack_meta(ns_, group_id, detail::digest_width_code(digest_size_));
   const int n = count > 64 ? 64 : count;
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
-  return impl.lookup_window(
-      n, [&](int k) { return detail::make_slot_key(hashes[first + k * step], meta); });
+  return impl.lookup_window(n, [&](int k) {
+    return Impl::KeyRef{hashes + first + k * step, meta};
+  });
 }
 
 bool BlockIndex::View::prefers_probe_many() const noexcept {
@@ -325,16 +328,15 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
   const std::uint32_t width_code = detail::digest_width_code(digest_size_);
   // One key stream over all windows: the i-th key's digest, window and bit. A window with a bad
   // group id (or no hashes) contributes no keys and answers 0, as probe() does.
-  struct KeyRef {
-    const BlockDigest* digest;
-    std::uint32_t meta;
+  struct WindowKey {
+    Impl::KeyRef key;
     std::uint32_t window;
     std::uint32_t bit;
   };
   // Reused across calls and threads (a batch's workers are new threads on every call).
-  static detail::ScratchPool<std::vector<KeyRef>> pool;
+  static detail::ScratchPool<std::vector<WindowKey>> pool;
   const auto lease = pool.lease();
-  std::vector<KeyRef>& refs = *lease;
+  std::vector<WindowKey>& refs = *lease;
   refs.clear();
   for (std::size_t w = 0; w < n; ++w) {
     const ProbeWindow& win = windows[w];
@@ -344,16 +346,15 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     const std::uint32_t meta = detail::pack_meta(ns_, win.group_id, width_code);
     const int count = win.count > 64 ? 64 : win.count;
     for (int k = 0; k < count; ++k) {
-      refs.push_back(KeyRef{win.hashes + win.first + static_cast<std::int64_t>(k) * win.step, meta,
-                            static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(k)});
+      const Impl::KeyRef key{win.hashes + win.first + static_cast<std::int64_t>(k) * win.step,
+                             meta};
+      refs.push_back(WindowKey{key, static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(k)});
     }
   }
   const Impl& impl = *index_->impl_;
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
   impl.lookup_stream(
-      refs.size(),
-      [&](std::size_t i) { return detail::make_slot_key(*refs[i].digest, refs[i].meta); },
-      [&](std::size_t i) { prefetch(refs[i].digest); },
+      refs.size(), [&](std::size_t i) { return refs[i].key; },
       [&](std::size_t i, bool found) {
         out[refs[i].window] |= static_cast<std::uint64_t>(found) << refs[i].bit;
       });

@@ -49,66 +49,74 @@ struct BlockIndex::Impl {
                              place(key));
   }
 
-  /// A key's home-bucket match, from its header line: the lanes whose tag and meta word equal
-  /// the key's (the digests to compare), and kOpenBucket when the bucket has an empty slot (a
-  /// miss there is decided: no key lies further along its sequence).
-  static constexpr std::uint32_t kOpenBucket = 1U << 31;
+  /// A key to look up, by reference: the caller's digest where it lies and its meta word. The
+  /// lookups keep this, not a copy of the key, between their stages.
+  struct KeyRef {
+    const BlockDigest* digest;
+    std::uint32_t meta;
+  };
 
-  /// The home-bucket answer of a key from its match: found, or not found and decided (an open
-  /// bucket), or undecided (a full bucket: the key may lie further along its sequence,
-  /// find_slot follows it). A candidate's meta word is known equal, so only its digest is
-  /// compared.
-  bool home_answer(const detail::SlotKey& key, const detail::SlotPlace& p,
-                   std::uint32_t match) const {
-    const BlockDigest* digests = table.digests.get();
-    for (std::uint32_t c = match & detail::kBucketLanes; c != 0; c &= c - 1) {
-      if (cpu_index::digest_equal(key, digests[detail::slot_of(p.bucket, __builtin_ctz(c))])) {
-        return true;
-      }
-    }
-    if ((match & kOpenBucket) == 0) {
-      return detail::find_slot(table.headers.get(), digests, table.bucket_mask, key, p) >= 0;
-    }
-    return false;
+  std::uint64_t hash_of(const KeyRef& key) const {
+    return detail::digest_slot_hash(*key.digest, key.meta, hash_key);
   }
 
   /// Prefetches the digest line of a key's first candidate in its home bucket (header in cache);
-  /// returns the candidates.
-  std::uint32_t prefetch_candidate(const detail::SlotKey& key, const detail::SlotPlace& p) const {
-    const std::uint32_t c = cpu_index::candidates_of(table.headers.get() + p.bucket, p.tag, key);
+  /// returns the candidates: the lanes whose tag and meta word equal the key's, the digests to
+  /// compare.
+  std::uint32_t prefetch_candidate(std::uint64_t bucket, std::uint8_t tag,
+                                   std::uint32_t meta) const {
+    const std::uint32_t c = cpu_index::candidates_of(table.headers.get() + bucket, tag, meta);
     if (c != 0) {
-      cpu_index::prefetch(table.digests.get() + detail::slot_of(p.bucket, __builtin_ctz(c)));
+      cpu_index::prefetch(table.digests.get() + detail::slot_of(bucket, __builtin_ctz(c)));
     }
     return c;
   }
 
-  /// A key's home-bucket match for home_answer (header in cache), its first candidate's digest
-  /// prefetched.
-  std::uint32_t match_and_prefetch(const detail::SlotKey& key, const detail::SlotPlace& p) const {
-    const std::uint32_t c = prefetch_candidate(key, p);
-    const bool open = cpu_index::match_tags(table.headers.get() + p.bucket, detail::kEmptyTag) != 0;
-    return c | (open ? kOpenBucket : 0U);
+  std::uint32_t match_and_prefetch(std::uint64_t hash, std::uint32_t meta) const {
+    return prefetch_candidate(hash & table.bucket_mask, detail::tag_of(hash), meta);
   }
 
-  /// Answers up to 64 keys: hashes them all, prefetches their home bucket headers, then the
-  /// digest of the first candidate of each, then compares; bit k of the result is key k's answer.
+  /// The answer of a key from its hash and home-bucket candidates: found, or not found and
+  /// decided (the home bucket has an empty slot, so no key lies further along its sequence), or
+  /// undecided (a full bucket: find_slot follows the sequence). A candidate's meta word is known
+  /// equal, so only its digest is compared. The empty-slot test waits for a miss: a hit, the
+  /// common case, never needs it.
+  bool home_answer(const KeyRef& key, std::uint64_t hash, std::uint32_t candidates) const {
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    const BlockDigest* home = table.digests.get() + detail::slot_of(bucket, 0);
+    for (std::uint32_t c = candidates; c != 0; c &= c - 1) {
+      if (cpu_index::digest_equal(*key.digest, home[__builtin_ctz(c)])) {
+        return true;
+      }
+    }
+    if (cpu_index::match_tags(table.headers.get() + bucket, detail::kEmptyTag) != 0) {
+      return false;
+    }
+    return detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask,
+                             detail::make_slot_key(*key.digest, key.meta),
+                             detail::place_of(hash, table.bucket_mask)) >= 0;
+  }
+
+  /// Answers up to 64 keys (KeyAt(k) -> KeyRef): hashes them all, prefetches their home bucket
+  /// headers, then the digest of the first candidate of each, then compares; bit k of the result
+  /// is key k's answer. Between the stages a key is its hash and candidates (the caller's digest is
+  /// read again, from cache), which keeps the per-key work to the hash, one header match and
+  /// one compare.
   template <class KeyAt>
   std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
-    detail::SlotKey keys[64];
-    detail::SlotPlace places[64];
+    std::uint64_t hashes[64];
     std::uint32_t candidates[64];
     const detail::BucketHeader* headers = table.headers.get();
     for (int k = 0; k < count; ++k) {
-      keys[k] = key_at(k);
-      places[k] = place(keys[k]);
-      cpu_index::prefetch(headers + places[k].bucket);
+      hashes[k] = hash_of(key_at(k));
+      cpu_index::prefetch(headers + (hashes[k] & table.bucket_mask));
     }
     for (int k = 0; k < count; ++k) {
-      candidates[k] = match_and_prefetch(keys[k], places[k]);
+      candidates[k] = match_and_prefetch(hashes[k], key_at(k).meta);
     }
     std::uint64_t bits = 0;
     for (int k = 0; k < count; ++k) {
-      bits |= static_cast<std::uint64_t>(home_answer(keys[k], places[k], candidates[k])) << k;
+      bits |= static_cast<std::uint64_t>(home_answer(key_at(k), hashes[k], candidates[k])) << k;
     }
     return bits;
   }
@@ -121,18 +129,17 @@ struct BlockIndex::Impl {
   static constexpr std::size_t kRing = 32;  // > kLead, a power of two
   static_assert(kLead < kRing, "ring too small");
 
-  /// Answers the keys key_at(0 .. n-1) through emit(i, found), in order, as a software
+  /// Answers the keys key_at(0 .. n-1) (KeyRef) through emit(i, found), in order, as a software
   /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
   /// hashed and its home bucket's header line prefetched, key i-kTagAhead's header is matched
   /// (tag and meta) and its first candidate's digest line prefetched, and key i-kLead is
   /// compared. Stages a fixed distance apart keep a steady number of misses in flight (about
   /// kTagAhead + kSlotAhead lines); a miss usually needs only the header line.
-  template <class KeyAt, class Prefetch, class Emit>
-  void lookup_stream(std::size_t n, const KeyAt& key_at, const Prefetch& prefetch_source,
-                     const Emit& emit) const {
+  template <class KeyAt, class Emit>
+  void lookup_stream(std::size_t n, const KeyAt& key_at, const Emit& emit) const {
     struct Pending {
-      detail::SlotKey key;
-      detail::SlotPlace place;
+      KeyRef key;
+      std::uint64_t hash;
       std::uint32_t candidates;
     };
     Pending ring[kRing];
@@ -140,35 +147,32 @@ struct BlockIndex::Impl {
     for (std::size_t i = 0; i < n + kLead; ++i) {
       // Stage 0: the caller's digest of a key further ahead (often out of cache too).
       if (i + kLead < n) {
-        prefetch_source(i + kLead);
+        cpu_index::prefetch(key_at(i + kLead).digest);
       }
-      // Stage 1: hash key i, cpu_index::prefetch its home bucket's header.
+      // Stage 1: hash key i, prefetch its home bucket's header.
       if (i < n) {
         Pending& p = ring[i % kRing];
         p.key = key_at(i);
-        p.place = place(p.key);
-        cpu_index::prefetch(headers + p.place.bucket);
+        p.hash = hash_of(p.key);
+        cpu_index::prefetch(headers + (p.hash & table.bucket_mask));
       }
-      // Stage 2: match key i-kTagAhead's header, cpu_index::prefetch its first candidate's digest.
+      // Stage 2: match key i-kTagAhead's header, prefetch its first candidate's digest.
       if (i >= kTagAhead && i - kTagAhead < n) {
         Pending& p = ring[(i - kTagAhead) % kRing];
-        p.candidates = match_and_prefetch(p.key, p.place);
+        p.candidates = match_and_prefetch(p.hash, p.key.meta);
       }
       // Stage 3: compare key i-kLead against its candidates.
       if (i >= kLead) {
         const std::size_t k = i - kLead;
         const Pending& p = ring[k % kRing];
-        emit(k, home_answer(p.key, p.place, p.candidates));
+        emit(k, home_answer(p.key, p.hash, p.candidates));
       }
     }
   }
 
   template <class KeyAt>
-  void lookup_many(std::size_t n, const KeyAt& key_at, const BlockDigest* sources,
-                   std::uint8_t* out) const {
-    lookup_stream(
-        n, key_at, [&](std::size_t i) { cpu_index::prefetch(sources + i); },
-        [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
+  void lookup_many(std::size_t n, const KeyAt& key_at, std::uint8_t* out) const {
+    lookup_stream(n, key_at, [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
   }
 
   /// Writes a key into lane `lane` of `bucket`: meta and digest, then the tag.
@@ -304,7 +308,8 @@ struct BlockIndex::Impl {
       }
       for (std::size_t k = 0; k < count; ++k) {
         const detail::BucketHeader* header = headers + places[k].bucket;
-        std::uint32_t likely = cpu_index::candidates_of(header, places[k].tag, keys[k]);
+        std::uint32_t likely = cpu_index::candidates_of(header, places[k].tag,
+                                                        static_cast<std::uint32_t>(keys[k].meta));
         if (likely == 0) {
           likely = cpu_index::match_tags(header, detail::kEmptyTag);
         }
@@ -347,7 +352,7 @@ struct BlockIndex::Impl {
       }
       if (i >= kTagAhead && i - kTagAhead < n) {
         const Pending& p = ring[(i - kTagAhead) % kRing];
-        prefetch_candidate(p.key, p.place);
+        prefetch_candidate(p.place.bucket, p.place.tag, static_cast<std::uint32_t>(p.key.meta));
       }
       if (i < kLead) {
         continue;

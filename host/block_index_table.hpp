@@ -93,28 +93,28 @@ inline std::uint32_t match_tags(const detail::BucketHeader* header, std::uint8_t
 /// Lanes whose tag and meta word both equal the key's: the slots whose digest a hit must
 /// compare. The header line alone rules out the others.
 inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint8_t tag,
-                                   const detail::SlotKey& key) {
+                                   std::uint32_t meta) {
   std::uint32_t c = match_tags(header, tag);
   for (std::uint32_t m = c; m != 0; m &= m - 1) {
     const int lane = __builtin_ctz(m);
-    if (header->metas[lane] != key.meta) {
+    if (header->metas[lane] != meta) {
       c &= ~(1U << lane);
     }
   }
   return c;
 }
 
-/// Whether a stored digest is the key's (all 32 bytes; the meta word is compared apart): two
-/// 16-byte compares on SSE2, else the shared word compare.
-inline bool digest_equal(const detail::SlotKey& key, const BlockDigest& stored) {
+/// Whether two digests are equal (all 32 bytes; the meta word is compared apart): two 16-byte
+/// compares on SSE2, else the shared word compare.
+inline bool digest_equal(const BlockDigest& key, const BlockDigest& stored) {
 #if defined(__SSE2__)
-  const auto* a = reinterpret_cast<const __m128i*>(key.w);
+  const auto* a = reinterpret_cast<const __m128i*>(&key);
   const auto* b = reinterpret_cast<const __m128i*>(&stored);
   const __m128i eq = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128(a), _mm_loadu_si128(b)),
                                    _mm_cmpeq_epi8(_mm_loadu_si128(a + 1), _mm_loadu_si128(b + 1)));
   return _mm_movemask_epi8(eq) == 0xFFFF;
 #else
-  return detail::slot_key_equal(key, stored, static_cast<std::uint32_t>(key.meta));
+  return detail::slot_key_equal(detail::make_slot_key(key, 0), stored, 0);
 #endif
 }
 

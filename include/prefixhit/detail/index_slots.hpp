@@ -142,13 +142,32 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotKey make_slot_key(const BlockDigest& dige
   return key;
 }
 
-/// The seeded hash of all 32 digest bytes and the meta word.
+/// The seeded hash of all 32 digest bytes (as four little-endian words) and the meta word.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w0, std::uint64_t w1,
+                                                                 std::uint64_t w2, std::uint64_t w3,
+                                                                 std::uint64_t meta,
+                                                                 const IndexHashKey& secret) {
+  const std::uint64_t a = fold_multiply(w0 ^ secret.k[0], w1 ^ secret.k[1]);
+  const std::uint64_t b = fold_multiply(w2 ^ secret.k[2], w3 ^ secret.k[3]);
+  return fold_multiply(a ^ secret.k[4], b ^ (meta << 32 | meta) ^ 0x2D358DCCAA6C78A5ULL);
+}
+
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash(const SlotKey& key,
                                                            const IndexHashKey& secret) {
-  const std::uint64_t meta = key.meta;
-  const std::uint64_t a = fold_multiply(key.w[0] ^ secret.k[0], key.w[1] ^ secret.k[1]);
-  const std::uint64_t b = fold_multiply(key.w[2] ^ secret.k[2], key.w[3] ^ secret.k[3]);
-  return fold_multiply(a ^ secret.k[4], b ^ (meta << 32 | meta) ^ 0x2D358DCCAA6C78A5ULL);
+  return slot_hash_words(key.w[0], key.w[1], key.w[2], key.w[3], key.meta, secret);
+}
+
+/// slot_hash of a digest where it lies: its words are loaded one by one, so that the CPU
+/// lookups hash a caller's digest without first copying it into a SlotKey.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t digest_slot_hash(const BlockDigest& digest,
+                                                                  std::uint32_t meta,
+                                                                  const IndexHashKey& secret) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&digest);  // exactly its 32 bytes
+  std::uint64_t w[4];
+  for (std::size_t i = 0; i < 4; ++i) {
+    std::memcpy(&w[i], bytes + sizeof(w[i]) * i, sizeof(w[i]));
+  }
+  return slot_hash_words(w[0], w[1], w[2], w[3], meta, secret);
 }
 
 /// The 8-bit fingerprint: the top hash byte mapped onto the live range [3, 255], so it is never
