@@ -59,7 +59,38 @@ class ExistenceCursor {
     return ((bits_ >> (k - window_start_)) & 1U) != 0;
   }
 
+  /// The first k' in [k, end) whose item is absent, or end (end <= limit): the scan
+  /// `while (k < end && at(k)) ++k`, a window's run of present bits at a time instead of a bit
+  /// at a time. It asks the probe for exactly the windows that scan asks for.
+  PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t first_absent(std::int64_t k, std::int64_t end) {
+    while (k < end) {
+      if (k < window_start_ || k >= window_start_ + window_len_) {
+        refill(k);
+      }
+      const int offset = static_cast<int>(k - window_start_);
+      const int avail = window_len_ - offset;
+      const int ones = trailing_ones(bits_ >> offset);
+      if (ones < avail) {
+        return min64(k + ones, end);
+      }
+      k += avail;
+    }
+    return end;
+  }
+
  private:
+  /// The number of consecutive set bits from bit 0.
+  PREFIXHIT_HD PREFIXHIT_FORCEINLINE static int trailing_ones(std::uint64_t x) {
+    if (x == ~std::uint64_t{0}) {
+      return 64;
+    }
+#if PREFIXHIT_DEVICE_CODE
+    return __ffsll(static_cast<long long>(~x)) - 1;
+#else
+    return __builtin_ctzll(~x);
+#endif
+  }
+
   PREFIXHIT_HD PREFIXHIT_HOST_NOINLINE void refill(std::int64_t k) {
     window_start_ = k;
     const std::int64_t left = limit_ - k;
@@ -116,9 +147,7 @@ PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, st
   std::int64_t blocks = 0;
   if (max_blocks > 0) {
     ExistenceCursor<Probe> cursor(probe, sg, s - 1, s, max_blocks);
-    while (blocks < max_blocks && cursor.at(blocks)) {
-      ++blocks;
-    }
+    blocks = cursor.first_absent(0, max_blocks);
   }
   std::int64_t len = blocks * b;
   if (a < b) {
@@ -241,9 +270,7 @@ PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::i
   std::int64_t blocks = skipped;
   if (readable > skipped) {
     ExistenceCursor<Probe> cursor(probe, sg, (skipped + 1) * s - 1, s, readable - skipped);
-    while (blocks < readable && cursor.at(blocks - skipped)) {
-      ++blocks;
-    }
+    blocks = skipped + cursor.first_absent(0, readable - skipped);
   }
   if (blocks < total && blocks >= n / s) {
     return ErrorKind::invalid_argument;
