@@ -1,8 +1,9 @@
 // The bounded queue of decoded messages between EventMirror's two threads: the receiving thread
 // pushes (and waits for room: backpressure), the applying thread takes the whole queue at once
-// and hands the room back as it applies. Everything here is under one mutex, the queue's; it
-// is, with the stats, the only state the two threads share. Applied items come back as spares,
-// so that a steady stream allocates nothing per message.
+// and hands the room back as it applies. With the stats, it is the only state the two threads
+// share: the queue, the spares and the counts are under one mutex, the queue's (the two flags
+// are atomics read outside it). Applied items come back as spares, so that a steady stream
+// allocates nothing per message.
 #pragma once
 
 #include <atomic>
