@@ -4,7 +4,8 @@
 #      (leaks, out-of-bounds, use-after-free, signed overflow, misaligned access, ...; any report
 #      aborts the test);
 #   2. ThreadSanitizer: builds the CPU test suite and runs the concurrency tests (index stress,
-#      concurrent BlockIndex readers/writers, batch lookups) under it.
+#      concurrent BlockIndex readers/writers, batch lookups) under it, then the event mirror's
+#      suites (its two threads and their queue) where the library has the mirror.
 # Usage: scripts/sanitizers.sh [asan] [tsan]      (default: both)
 # Environment: PREFIXHIT_JOBS (build/test parallelism, default nproc),
 #              PREFIXHIT_ASAN_DIR / PREFIXHIT_TSAN_DIR (build folders, default build/asan, build/tsan),
@@ -65,6 +66,16 @@ for step in "${steps[@]}"; do
       if ! ctest --test-dir "$tsan_dir" -j "$jobs" --output-on-failure --timeout 900 \
         --no-tests=error -R "$tsan_tests" -LE gpu; then
         status=1
+      fi
+      # The event mirror's receiving and applying threads and their queue (C++ and C ABI), where
+      # the library has the mirror (ZeroMQ and msgpack found).
+      if grep -q '^build prefixhit_mirror_tests:' "$tsan_dir/build.ninja"; then
+        cmake --build "$tsan_dir" -j "$jobs" --target prefixhit_mirror_tests prefixhit_c_api_mirror
+        echo "== sanitizers: ThreadSanitizer: the mirror suite"
+        if ! ctest --test-dir "$tsan_dir" -j "$jobs" --output-on-failure --timeout 900 \
+          --no-tests=error -L mirror -LE gpu; then
+          status=1
+        fi
       fi
       stress_figures "$tsan_dir"
       echo "== sanitizers: ThreadSanitizer done in $((SECONDS - start)) s"
