@@ -19,6 +19,7 @@
 #include "host/block_index_table.hpp"
 #include "host/probes.hpp"
 #include "host/scratch_pool.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 

@@ -14,6 +14,7 @@
 
 #include "host/block_index_table.hpp"
 #include "prefixhit/block_index.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 

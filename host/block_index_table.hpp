@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/types.hpp"

@@ -14,6 +14,7 @@
 
 #include "host/nvtx.hpp"
 #include "kernels/device_index_slots.cuh"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/device_block_index.hpp"
 #include "prefixhit/errors.hpp"
 

@@ -16,6 +16,7 @@
 #include "host/cli/bench.hpp"
 #include "host/cli/commands.hpp"
 #include "prefixhit/detail/hd.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/errors.hpp"
 

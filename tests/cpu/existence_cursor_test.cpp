@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "prefixhit/detail/finders.hpp"
+#include "prefixhit/detail/existence_cursor.hpp"
 #include "test_support.hpp"
 
 namespace prefixhit {

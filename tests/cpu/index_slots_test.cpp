@@ -2,6 +2,7 @@
 // seeded hashing, tags, bucket choice, probe sequences, the tag matchers and their scalar twin,
 // the probe loop and the capacity policy. The GPU kernels run exactly these functions.
 #include "prefixhit/detail/index_slots.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 
 #include "host/block_index_table.hpp"
 
