@@ -50,9 +50,7 @@ class ExistenceCursor {
   /// refill stays out of line, so the common case (the bit is in the window) is a few
   /// instructions, not a call.
   PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool at(std::int64_t k) {
-    if (k < window_start_ || k >= window_start_ + window_len_) {
-      refill(k);
-    }
+    cover(k);
     return ((bits_ >> (k - window_start_)) & 1U) != 0;
   }
 
@@ -61,9 +59,7 @@ class ExistenceCursor {
   /// at a time. It asks the probe for exactly the windows that scan asks for.
   PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t first_absent(std::int64_t k, std::int64_t end) {
     while (k < end) {
-      if (k < window_start_ || k >= window_start_ + window_len_) {
-        refill(k);
-      }
+      cover(k);
       const int offset = static_cast<int>(k - window_start_);
       const int avail = window_len_ - offset;
       const int ones = trailing_ones(bits_ >> offset);
@@ -76,6 +72,13 @@ class ExistenceCursor {
   }
 
  private:
+  /// Makes the cached window hold item k (0 <= k < limit), asking for the next one if not.
+  PREFIXHIT_HD PREFIXHIT_FORCEINLINE void cover(std::int64_t k) {
+    if (k < window_start_ || k >= window_start_ + window_len_) {
+      refill(k);
+    }
+  }
+
   /// The number of consecutive set bits from bit 0.
   PREFIXHIT_HD PREFIXHIT_FORCEINLINE static int trailing_ones(std::uint64_t x) {
     if (x == ~std::uint64_t{0}) {
