@@ -88,6 +88,23 @@ struct MemoryLimit {
 MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
                                  const std::vector<const BlockDigest*>& probed);
 
+/// The store and the memory limit the CPU rows are measured against.
+struct CpuBenchContext {
+  std::uint64_t store_keys = 0;
+  std::uint64_t store_slots = 0;
+  std::uint64_t store_bytes = 0;
+  std::int64_t cycled_requests = 0;
+  bool huge_page_hashes = false;  // the requests' hashes on 2 MiB pages (else malloc's 4 KiB)
+  MemoryLimit limit;
+};
+
+/// Fills a resident index with `requests` requests of `workload` in each store shape, measures
+/// the memory limit over a buffer of its size, and times the lookup rows (single lookups cycle
+/// through the requests; batches of `batch_size` alternate between the first and the last).
+std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t requests,
+                                    std::int64_t batch_size, double min_seconds,
+                                    CpuBenchContext& context);
+
 /// Times the lookup ops of `workload` on the GPU with batches of `requests` requests, for at
 /// least `min_seconds` each. Throws Unavailable without CUDA or a device.
 std::vector<BenchRow> run_gpu_bench(const Workload& workload, std::int64_t requests,
