@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ struct BenchRow {
   std::optional<double> cpu_us;         ///< CPU: process CPU time per call (all threads)
   std::optional<double> keys_per_call;  ///< CPU: index keys probed per call
   int threads = 0;                      ///< CPU batch: threads asked for (0: not a batch)
+  /// CPU lookup rows, timed in turns with the limit's reads (LimitTurns): over the turns, the
+  /// median of the call's key rate as a % of the independent-read rate, and the median, 10th
+  /// and 90th percentile of its time over its keys' hit lines.
+  std::optional<double> pct_of_independent;
+  std::optional<double> x_hit_lines;
+  std::optional<double> x_hit_lines_p10;
+  std::optional<double> x_hit_lines_p90;
+  int limit_turns = 0;
 };
 
 /// The memory system's limit over a buffer the size of the index, measured in the same run.
@@ -83,10 +92,31 @@ struct MemoryLimit {
   }
 };
 
-/// Random reads over a buffer of `bytes` (allocated like the index: huge pages where allowed);
-/// `probed` (may be empty): the caller digests a pass of lookups probed, for hit_lines_ns.
-MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
-                                 const std::vector<const BlockDigest*>& probed);
+/// The buffer the in-run limit reads: the index's size, allocated like its table (huge pages
+/// where allowed). It lives for the whole run, so that each lookup row can take turns with the
+/// limit's reads and be compared with them under the same conditions (`LimitTurns`).
+class LimitBuffer {
+ public:
+  LimitBuffer(std::uint64_t bytes, std::uint64_t seed);
+  ~LimitBuffer();
+  LimitBuffer(const LimitBuffer&) = delete;
+  LimitBuffer& operator=(const LimitBuffer&) = delete;
+
+  /// The whole limit at once: dependent reads, independent reads on one and two threads, and,
+  /// where `probed` (the caller digests a pass of lookups probed) is not empty, a hit's lines.
+  MemoryLimit measure(const std::vector<const BlockDigest*>& probed);
+  /// Thread CPU ns per read of about `reads` independent random reads.
+  double independent_ns(std::uint64_t reads);
+  /// Thread CPU ns per key of `passes` passes of a hit's lines over `probed` (0 if empty).
+  double hit_lines_ns(const std::vector<const BlockDigest*>& probed, std::size_t passes);
+  std::uint64_t bytes() const;
+  /// What the reads read, so that no read can be optimised away.
+  std::uint64_t checksum() const;
+
+ private:
+  struct Buffer;
+  std::unique_ptr<Buffer> buffer_;
+};
 
 /// The store and the memory limit the CPU rows are measured against.
 struct CpuBenchContext {

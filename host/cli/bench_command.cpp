@@ -31,9 +31,12 @@ struct BenchOptions {
 };
 
 /// Lookup rows beside the memory limit: keys probed per DRAM latency (how many of a call's keys
-/// are answered in the time of one dependent read) and the call's key rate as a percentage of
-/// the independent-read rate. Both sides are CPU time (the call's over all its threads, the
-/// limit's on one thread), so the ratios hold per core even on a shared machine.
+/// are answered in the time of one dependent read, against the limit measured before the rows),
+/// and, from the turns the row took with the limit's reads (LimitTurns, bench_cpu.cpp), the
+/// call's key rate as a percentage of the independent-read rate and its time over its keys' hit
+/// lines (what it costs beyond moving the lines its layout must move), as medians over the
+/// turns. Both sides are CPU time (the call's over all its threads, the limit's on one thread),
+/// so the ratios hold per core even on a shared machine.
 void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::json* line,
                        std::string* text) {
   if (!row.keys_per_call || !row.cpu_us || limit.dependent_ns <= 0) {
@@ -41,17 +44,16 @@ void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::
   }
   const double ns_per_call = *row.cpu_us * 1e3;
   const double per_latency = *row.keys_per_call * limit.dependent_ns / ns_per_call;
-  const double pct = 100.0 * *row.keys_per_call * limit.independent_ns / ns_per_call;
-  // The call's time over its keys' hit lines read independently: what the lookup costs beyond
-  // moving the lines its layout must move.
-  const double over_lines =
-      limit.hit_lines_ns > 0 ? ns_per_call / (*row.keys_per_call * limit.hit_lines_ns) : 0;
+  const double pct = row.pct_of_independent.value_or(0);
   if (line != nullptr) {
     (*line)["keys_per_call"] = *row.keys_per_call;
     (*line)["keys_per_dram_latency"] = per_latency;
+    (*line)["limit_turns"] = row.limit_turns;
     (*line)["pct_of_independent_reads"] = pct;
-    if (over_lines > 0) {
-      (*line)["x_hit_lines"] = over_lines;
+    if (row.x_hit_lines) {
+      (*line)["x_hit_lines"] = *row.x_hit_lines;
+      (*line)["x_hit_lines_p10"] = *row.x_hit_lines_p10;
+      (*line)["x_hit_lines_p90"] = *row.x_hit_lines_p90;
     }
   }
   if (text != nullptr) {
@@ -59,8 +61,9 @@ void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::
     std::snprintf(buf, sizeof(buf), "  %6.0f keys  %5.2f keys/latency  %5.1f%% of indep.",
                   *row.keys_per_call, per_latency, pct);
     *text += buf;
-    if (over_lines > 0) {
-      std::snprintf(buf, sizeof(buf), "  %4.2fx its hit lines", over_lines);
+    if (row.x_hit_lines) {
+      std::snprintf(buf, sizeof(buf), "  %4.2fx its hit lines (%4.2f-%4.2f, %d turns)",
+                    *row.x_hit_lines, *row.x_hit_lines_p10, *row.x_hit_lines_p90, row.limit_turns);
       *text += buf;
     }
   }
@@ -199,14 +202,15 @@ void add_bench_command(CLI::App& app) {
                   "(2 MiB pages, madvise)")
       ->check(CLI::IsMember({"4k", "2m"}))
       ->capture_default_str();
-  cmd->add_flag(
-      "--json", options->json,
-      "One JSON object per line: workload, backend, op, requests, tokens, "
-      "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
-      "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
-      "keys_per_dram_latency, pct_of_independent_reads, x_hit_lines], after one "
-      "memory_limit line (store size, dependent and independent random-read ns, the "
-      "independent reads on two threads at once, a hit's lines read independently per key)");
+  cmd->add_flag("--json", options->json,
+                "One JSON object per line: workload, backend, op, requests, tokens, "
+                "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
+                "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
+                "keys_per_dram_latency, limit_turns, pct_of_independent_reads, x_hit_lines, "
+                "x_hit_lines_p10, x_hit_lines_p90], after one memory_limit line (store size, "
+                "dependent and independent random-read ns, the independent reads on two threads at "
+                "once, a hit's lines read independently per key). Lookup rows are timed in turns "
+                "with the limit's reads; their ratios are medians over the turns");
   cmd->callback([options] {
     std::vector<std::string> names = options->workloads;
     if (names.empty()) {

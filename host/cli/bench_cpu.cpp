@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <optional>
 #include <string>
@@ -25,6 +26,10 @@ struct Timing {
   double p50_us = 0;
   double p99_us = 0;
   double cpu_us = 0;  ///< process CPU time per call (every thread's)
+  /// With LimitTurns: per turn, the calls' key rate as a % of the turn's independent-read rate
+  /// and their time over the turn's hit lines.
+  std::vector<double> pct_of_independent;
+  std::vector<double> x_hit_lines;
 };
 
 double process_cpu_seconds() {
@@ -33,30 +38,88 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+/// The limit's reads in turns with a lookup row's calls. This machine's memory latency moves
+/// by 2x from minute to minute (other tenants share the memory), so a limit measured once, before
+/// the rows, is compared with calls timed under other conditions. Each turn first reads the
+/// limit (about 1 ms of independent reads, then about 1 ms of passes over a hit's lines), then
+/// times the calls for kTurnSeconds; the ratios are taken within a turn.
+struct LimitTurns {
+  LimitBuffer* buffer = nullptr;
+  const std::vector<const BlockDigest*>* probed = nullptr;
+  std::uint64_t independent_reads = 0;  ///< per turn
+  std::size_t hit_line_passes = 0;      ///< per turn
+  double keys_per_call = 0;
+  /// Calls per turn long enough that refilling the caches after the limit's reads is small.
+  static constexpr double kTurnSeconds = 0.01;
+
+  LimitTurns(LimitBuffer& b, const std::vector<const BlockDigest*>& keys, const MemoryLimit& l)
+      : buffer(&b), probed(&keys) {
+    constexpr double kReadSeconds = 1e-3;
+    independent_reads =
+        static_cast<std::uint64_t>(kReadSeconds * 1e9 / std::max(l.independent_ns, 0.1));
+    const double pass_ns = static_cast<double>(keys.size()) * std::max(l.hit_lines_ns, 0.1);
+    hit_line_passes = static_cast<std::size_t>(std::ceil(kReadSeconds * 1e9 / pass_ns));
+  }
+};
+
+/// The middle value of `v`, and the values at fractions p of the way (v is sorted).
+double quantile(std::vector<double> v, double p) {
+  if (v.empty()) {
+    return 0;
+  }
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
 /// Calls `op` for at least min_seconds after one warm-up call, timing every call: the mean,
-/// median and 99th percentile wall time per call, and the CPU time per call.
+/// median and 99th percentile wall time per call, and the CPU time per call. With `turns`, the
+/// calls run in turns after the limit's reads (LimitTurns), and only the calls' time counts.
 template <class Op>
-Timing time_op(const Op& op, double min_seconds) {
+Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr) {
   using clock = std::chrono::steady_clock;
   op();  // warm up caches and allocations
+  Timing t;
   std::vector<double> samples;
   samples.reserve(1 << 16);
-  const double cpu_start = process_cpu_seconds();
-  const auto start = clock::now();
-  auto last = start;
   double elapsed = 0;
+  double cpu_seconds = 0;
   do {
-    op();
-    const auto now = clock::now();
-    samples.push_back(std::chrono::duration<double, std::micro>(now - last).count());
-    last = now;
-    elapsed = std::chrono::duration<double>(now - start).count();
+    double independent_ns = 0;
+    double hit_lines_ns = 0;
+    if (turns != nullptr) {
+      independent_ns = turns->buffer->independent_ns(turns->independent_reads);
+      hit_lines_ns = turns->buffer->hit_lines_ns(*turns->probed, turns->hit_line_passes);
+    }
+    const double turn_seconds = turns != nullptr ? LimitTurns::kTurnSeconds : min_seconds;
+    const std::size_t calls_before = samples.size();
+    const double cpu_start = process_cpu_seconds();
+    const auto start = clock::now();
+    auto last = start;
+    double turn_elapsed = 0;
+    do {
+      op();
+      const auto now = clock::now();
+      samples.push_back(std::chrono::duration<double, std::micro>(now - last).count());
+      last = now;
+      turn_elapsed = std::chrono::duration<double>(now - start).count();
+    } while (turn_elapsed < turn_seconds);
+    const double turn_cpu = process_cpu_seconds() - cpu_start;
+    elapsed += turn_elapsed;
+    cpu_seconds += turn_cpu;
+    if (turns != nullptr && turns->keys_per_call > 0) {
+      const double ns_per_key =
+          turn_cpu * 1e9 /
+          (static_cast<double>(samples.size() - calls_before) * turns->keys_per_call);
+      t.pct_of_independent.push_back(100.0 * independent_ns / ns_per_key);
+      if (hit_lines_ns > 0) {
+        t.x_hit_lines.push_back(ns_per_key / hit_lines_ns);
+      }
+    }
   } while (elapsed < min_seconds);
   const auto calls = static_cast<double>(samples.size());
-  Timing t;
   t.us_per_call = elapsed * 1e6 / calls;
   t.calls_per_s = 1e6 / t.us_per_call;
-  t.cpu_us = (process_cpu_seconds() - cpu_start) * 1e6 / calls;
+  t.cpu_us = cpu_seconds * 1e6 / calls;
   std::sort(samples.begin(), samples.end());
   t.p50_us = samples[samples.size() / 2];
   t.p99_us = samples[std::min(samples.size() - 1, samples.size() * 99 / 100)];
@@ -144,7 +207,9 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
       coordinator.find_longest_cache_hit(request_hashes(r), max_length, recorder);
     }
   }
-  context.limit = measure_memory_limit(context.store_bytes, 0x5EED, probed);
+  LimitBuffer limit_buffer(context.store_bytes, 0x5EED);
+  context.limit = limit_buffer.measure(probed);
+  LimitTurns turns(limit_buffer, probed, context.limit);
   const std::int64_t aligned = coordinator.align_lookup_length(workload.tokens);
   std::vector<BenchRow> rows;
   auto add = [&](const std::string& op, std::int64_t per_call, const Timing& t,
@@ -162,6 +227,15 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     row.cpu_us = t.cpu_us;
     row.keys_per_call = keys;
     row.threads = threads;
+    if (!t.pct_of_independent.empty()) {
+      row.pct_of_independent = quantile(t.pct_of_independent, 0.5);
+      row.limit_turns = static_cast<int>(t.pct_of_independent.size());
+    }
+    if (!t.x_hit_lines.empty()) {
+      row.x_hit_lines = quantile(t.x_hit_lines, 0.5);
+      row.x_hit_lines_p10 = quantile(t.x_hit_lines, 0.1);
+      row.x_hit_lines_p90 = quantile(t.x_hit_lines, 0.9);
+    }
     rows.push_back(row);
   };
   const std::pair<const char*, StoreShape> lookups[] = {
@@ -175,6 +249,8 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     for (std::int64_t r = 0; r < requests; ++r) {
       sink += coordinator.find_longest_cache_hit(request_hashes(r), max_length, counter).hit_length;
     }
+    const double keys = static_cast<double>(counter.keys()) / static_cast<double>(requests);
+    turns.keys_per_call = keys;
     std::int64_t next = 0;
     // Each call looks up the next stored request, so calls do not find the last one's lines.
     const Timing t = time_op(
@@ -183,8 +259,8 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
               coordinator.find_longest_cache_hit(request_hashes(next), max_length, view).hit_length;
           next = (next + 1) % requests;
         },
-        min_seconds);
-    add(name, 1, t, static_cast<double>(counter.keys()) / static_cast<double>(requests), 0);
+        min_seconds, &turns);
+    add(name, 1, t, keys, 0);
   }
   add("load_mask", 1,
       time_op([&] { sink += coordinator.load_mask(n, max_length).hit_length; }, min_seconds),
@@ -220,6 +296,7 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   const BlockIndex::View full = index.view(static_cast<Namespace>(StoreShape::full));
   const CountingSource counter(full);
   sink += coordinator.find_longest_cache_hits(batches[0], counter).hit_lengths[0];
+  turns.keys_per_call = static_cast<double>(counter.keys());
   for (const int threads : {1, 2}) {
     BatchOptions options;
     options.num_threads = threads;
@@ -229,12 +306,12 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
           sink += coordinator.find_longest_cache_hits(batches[which], full, options).hit_lengths[0];
           which ^= 1;
         },
-        min_seconds);
+        min_seconds, &turns);
     add(threads == 1 ? "batch_lookup_full_store" : "batch_lookup_full_store_2threads", b, t,
         static_cast<double>(counter.keys()), threads);
   }
   // Publishing the results keeps the timed calls from being optimised away.
-  g_bench_sink.store(sink + static_cast<std::int64_t>(context.limit.checksum & 1U),
+  g_bench_sink.store(sink + static_cast<std::int64_t>(limit_buffer.checksum() & 1U),
                      std::memory_order_relaxed);
   return rows;
 }

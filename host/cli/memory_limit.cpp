@@ -76,13 +76,13 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
 /// Independent reads of a hit's lines for every probed key: its caller digest (at its own
 /// address, so its page walks count too; both lines when it straddles two) and two lines of the
 /// buffer (header, digest) that its digest picks, as the index's hash does: a key reads the same
-/// lines on every pass, so they stay in cache exactly as often as the lookup's. Returns the
-/// thread CPU ns per key; adds what it read to `sum`.
+/// lines on every pass, so they stay in cache exactly as often as the lookup's. `passes` passes
+/// over the keys in order; returns the thread CPU ns per key and adds what it read to `sum`.
 double hit_line_reads(const Line* line, std::uint64_t lines,
-                      const std::vector<const BlockDigest*>& probed, std::uint64_t& sum) {
+                      const std::vector<const BlockDigest*>& probed, std::size_t passes,
+                      std::uint64_t& sum) {
   std::uint64_t local = 0;
   // Passes over the keys in lookup order, as the bench cycles through its requests.
-  const std::size_t passes = std::max<std::size_t>(1, 2'000'000 / probed.size());
   const double start = thread_cpu_seconds();
   for (std::size_t pass = 0; pass < passes; ++pass) {
     for (const BlockDigest* key : probed) {
@@ -104,22 +104,30 @@ double wall_seconds() {
 
 }  // namespace
 
-MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
-                                 const std::vector<const BlockDigest*>& probed) {
+struct LimitBuffer::Buffer {
+  std::unique_ptr<Line, FreeDeleter> memory;
+  std::uint64_t lines = 0;
+  std::uint64_t seed = 0;
+  std::uint64_t turn = 0;  // varies the independent reads' addresses from turn to turn
+  std::uint64_t sum = 0;
+};
+
+LimitBuffer::LimitBuffer(std::uint64_t bytes, std::uint64_t seed)
+    : buffer_(std::make_unique<Buffer>()) {
   constexpr std::uint64_t kHuge = std::uint64_t{1} << 21;
   const std::uint64_t lines = std::max<std::uint64_t>(bytes / sizeof(Line), 2);
   const std::uint64_t alloc = ((lines * sizeof(Line)) + kHuge - 1) & ~(kHuge - 1);
   // Allocated like the index's table (huge pages where the kernel allows), so both pay the same
   // translation costs.
-  std::unique_ptr<Line, FreeDeleter> buffer(static_cast<Line*>(std::aligned_alloc(kHuge, alloc)));
-  if (!buffer) {
+  buffer_->memory.reset(static_cast<Line*>(std::aligned_alloc(kHuge, alloc)));
+  if (!buffer_->memory) {
     throw CapacityExceeded("bench: cannot allocate " + std::to_string(alloc) +
                            " bytes for the memory-limit buffer");
   }
 #if defined(__linux__)
-  madvise(buffer.get(), alloc, MADV_HUGEPAGE);
+  madvise(buffer_->memory.get(), alloc, MADV_HUGEPAGE);
 #endif
-  Line* line = buffer.get();
+  Line* line = buffer_->memory.get();
   // Sattolo's shuffle: one cycle through every line, in random order.
   for (std::uint64_t i = 0; i < lines; ++i) {
     line[i].next = i;
@@ -130,23 +138,55 @@ MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
     const std::uint64_t j = rng() % i;
     std::swap(line[i].next, line[j].next);
   }
+  buffer_->lines = lines;
+  buffer_->seed = seed;
+}
+
+LimitBuffer::~LimitBuffer() = default;
+
+std::uint64_t LimitBuffer::bytes() const {
+  return buffer_->lines * sizeof(Line);
+}
+std::uint64_t LimitBuffer::checksum() const {
+  return buffer_->sum;
+}
+
+double LimitBuffer::independent_ns(std::uint64_t reads) {
+  Buffer& b = *buffer_;
+  // Whole groups of four (the loop's unit), at least one.
+  reads = std::max<std::uint64_t>(4, reads & ~std::uint64_t{3});
+  return independent_reads(b.memory.get(), b.lines, b.seed + 2 * ++b.turn, reads, b.sum);
+}
+
+double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed,
+                                 std::size_t passes) {
+  Buffer& b = *buffer_;
+  return probed.empty() || passes == 0
+             ? 0
+             : hit_line_reads(b.memory.get(), b.lines, probed, passes, b.sum);
+}
+
+MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) {
+  Buffer& b = *buffer_;
+  const Line* line = b.memory.get();
   MemoryLimit limit;
-  limit.bytes = lines * sizeof(Line);
+  limit.bytes = bytes();
   // Dependent: each read's address comes from the previous read.
-  const std::uint64_t dependent_reads = std::min<std::uint64_t>(lines, 2'000'000);
+  const std::uint64_t dependent_reads = std::min<std::uint64_t>(b.lines, 2'000'000);
   std::uint64_t at = 0;
-  double start = thread_cpu_seconds();
+  const double start = thread_cpu_seconds();
   for (std::uint64_t i = 0; i < dependent_reads; ++i) {
     at = line[at].next;
   }
   limit.dependent_ns = (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(dependent_reads);
+  b.sum += at;
   // Independent: one thread, then two threads at once over the same buffer (does the memory
   // system give a second core its own misses in flight, or do the two share them?).
   const std::uint64_t independent_reads_per_thread = 8'000'000;
-  std::uint64_t sum = at;
-  limit.independent_ns = independent_reads(line, lines, seed, independent_reads_per_thread, sum);
+  limit.independent_ns =
+      independent_reads(line, b.lines, b.seed, independent_reads_per_thread, b.sum);
   if (!probed.empty()) {
-    limit.hit_lines_ns = hit_line_reads(line, lines, probed, sum);
+    limit.hit_lines_ns = hit_lines_ns(probed, std::max<std::size_t>(1, 2'000'000 / probed.size()));
   }
   std::atomic<int> ready{0};
   std::uint64_t sums[2] = {0, 0};
@@ -158,7 +198,7 @@ MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
       std::this_thread::yield();  // start together
     }
     const double begin = wall_seconds();
-    ns[t] = independent_reads(line, lines, seed + 2 * static_cast<std::uint64_t>(t) + 1,
+    ns[t] = independent_reads(line, b.lines, b.seed + 2 * static_cast<std::uint64_t>(t) + 1,
                               independent_reads_per_thread, sums[t]);
     wall[t] = wall_seconds() - begin;
   };
@@ -174,11 +214,11 @@ MemoryLimit measure_memory_limit(std::uint64_t bytes, std::uint64_t seed,
                                               static_cast<double>(independent_reads_per_thread) *
                                               1e-9 / (2 * span)
                                         : 0;
-    sum += sums[0] + sums[1];
+    b.sum += sums[0] + sums[1];
   } catch (const std::system_error&) {
     limit.independent_2t_ns = 0;  // no second thread: the line says so
   }
-  limit.checksum = sum;
+  limit.checksum = b.sum;
   return limit;
 }
 
