@@ -1,24 +1,24 @@
-// Conformance-vector runner: every case, every op, compared bit for bit.
+// Conformance-vector runner: every case, every op, compared bit for bit, on a backend (the CPU
+// one is here; gpu_backend.cpp is the GPU one). Reading a vector's fields is vector_parse.cpp;
+// reading and finding the files is vector_files.cpp.
 #include "host/vectors/conformance.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <new>
 #include <optional>
-#include <sstream>
 #include <utility>
 
+#include "host/vectors/vector_parse.hpp"
 #include "prefixhit/errors.hpp"
-
-#ifndef PREFIXHIT_DEFAULT_VECTORS_DIR
-#define PREFIXHIT_DEFAULT_VECTORS_DIR "tests/data/conformance"
-#endif
 
 namespace prefixhit::conformance {
 
+using detail::clip;
+using detail::get_bool;
+using detail::get_int;
+using detail::get_optional_int;
+using detail::get_string;
 using nlohmann::json;
 
 namespace {
@@ -36,49 +36,6 @@ class CpuBackend final : public Backend {
     return coordinator.load_mask(hashes, token_len);
   }
 };
-
-std::string clip(const std::string& text, std::size_t limit = 600) {
-  if (text.size() <= limit) {
-    return text;
-  }
-  return text.substr(0, limit) + "... (" + std::to_string(text.size()) + " chars)";
-}
-
-std::int64_t get_int(const json& object, const char* key) {
-  const json& value = object.at(key);
-  if (!value.is_number_integer()) {
-    throw FormatError(std::string("field '") + key + "' must be an integer, got " + value.dump());
-  }
-  return value.get<std::int64_t>();
-}
-
-std::optional<std::int64_t> get_optional_int(const json& object, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) {
-    return std::nullopt;
-  }
-  if (!it->is_number_integer()) {
-    throw FormatError(std::string("field '") + key + "' must be an integer or null, got " +
-                      it->dump());
-  }
-  return it->get<std::int64_t>();
-}
-
-bool get_bool(const json& object, const char* key) {
-  const json& value = object.at(key);
-  if (!value.is_boolean()) {
-    throw FormatError(std::string("field '") + key + "' must be a boolean, got " + value.dump());
-  }
-  return value.get<bool>();
-}
-
-std::string get_string(const json& object, const char* key) {
-  const json& value = object.at(key);
-  if (!value.is_string()) {
-    throw FormatError(std::string("field '") + key + "' must be a string, got " + value.dump());
-  }
-  return value.get<std::string>();
-}
 
 /// Mask entries (booleans) in an expected "masks" value; what a matching result can hold.
 std::size_t expected_mask_entries(const json& expect) {
@@ -325,96 +282,6 @@ std::size_t FileResult::passed() const {
       std::count_if(cases.begin(), cases.end(), [](const CaseResult& c) { return c.passed; }));
 }
 
-BlockDigest parse_vector_digest(const std::string& hex) {
-  if (hex.size() == 2 * BlockDigest::kSize) {
-    return BlockDigest::from_hex(hex);
-  }
-  if (hex.size() == 8) {
-    // The vLLM unit test's toy 4-byte hashes, zero-padded to a full digest.
-    return BlockDigest::from_hex(hex + std::string(2 * BlockDigest::kSize - 8, '0'));
-  }
-  throw FormatError("digest '" + clip(hex, 80) + "' must be 64 hex digits (or 8 for toy hashes)");
-}
-
-GroupSpec parse_group_spec(const json& group) {
-  if (!group.is_object()) {
-    throw FormatError("a group must be an object, got " + clip(group.dump(), 80));
-  }
-  GroupSpec spec;
-  spec.kind = parse_group_kind(get_string(group, "kind"));
-  spec.block_size = get_int(group, "block_size");
-  spec.eagle = group.contains("eagle") && get_bool(group, "eagle");
-  json identity = json::object();  // every other field: part of spec equality (SEMANTICS.md 2.1)
-  for (const auto& [key, value] : group.items()) {
-    if (key == "kind" || key == "block_size" || key == "eagle") {
-      continue;
-    }
-    if (key == "num_kv_heads") {
-      spec.num_kv_heads = get_int(group, "num_kv_heads");
-    } else if (key == "head_size") {
-      spec.head_size = get_int(group, "head_size");
-    } else if (key == "dtype") {
-      spec.dtype = get_string(group, "dtype");
-    } else if (key == "sliding_window") {
-      spec.sliding_window = get_optional_int(group, "sliding_window");
-    } else if (key == "attention_chunk_size") {
-      spec.attention_chunk_size = get_optional_int(group, "attention_chunk_size");
-    } else if (key == "mamba_cache_mode") {
-      spec.mamba_cache_mode = parse_mamba_cache_mode(get_string(group, "mamba_cache_mode"));
-    } else if (key == "state_dim") {
-      spec.state_dim = get_int(group, "state_dim");
-    } else if (key == "extra_retained_tokens") {
-      spec.extra_retained_tokens = get_int(group, "extra_retained_tokens");
-    } else if (key == "bounded_replay") {
-      spec.bounded_replay = get_bool(group, "bounded_replay");
-    } else if (const std::string_view typo = spec_field_typo(key); !typo.empty()) {
-      throw FormatError("group field '" + key + "' looks like a misspelling of '" +
-                        std::string(typo) + "' in " + clip(group.dump(), 200));
-    } else {
-      identity[key] = value;
-    }
-  }
-  if (!identity.empty()) {
-    spec.identity = identity.dump();  // keys sorted, compact: equal fields give equal text
-  }
-  return spec;
-}
-
-Config parse_config(const json& config) {
-  try {
-    if (!config.is_object()) {
-      throw FormatError("config must be an object");
-    }
-    Config out;
-    if (const auto it = config.find("semantics"); it != config.end()) {
-      out.semantics = parse_semantics(get_string(config, "semantics"));
-    }
-    out.hash_block_size = get_int(config, "hash_block_size");
-    out.scheduler_block_size = get_int(config, "scheduler_block_size");
-    out.use_eagle = get_bool(config, "use_eagle");
-    out.retention_interval = get_optional_int(config, "retention_interval");
-    // An input under vllm-0.33 (SEMANTICS.md 11.1); derived and informational under pr49069.
-    if (out.semantics == Semantics::vllm_0_33) {
-      if (const auto it = config.find("enable_partial_hash_hits");
-          it != config.end() && !it->is_null()) {
-        out.enable_partial_hash_hits = get_bool(config, "enable_partial_hash_hits");
-      }
-    }
-    const json& groups = config.at("groups");
-    if (!groups.is_array()) {
-      throw FormatError("config.groups must be a list");
-    }
-    for (const json& group : groups) {
-      out.groups.push_back(parse_group_spec(group));
-    }
-    return out;
-  } catch (const json::exception& e) {
-    throw FormatError(std::string("malformed config: ") + e.what());
-  } catch (const InvalidArgument& e) {
-    throw FormatError(std::string("malformed config: ") + e.what());
-  }
-}
-
 CaseResult run_case(const json& test_case, Backend& backend) {
   CaseResult result;
   try {
@@ -491,115 +358,6 @@ CaseResult run_case(const json& test_case, Backend& backend) {
     result.detail = std::string("malformed case: ") + e.what();
   }
   return result;
-}
-
-namespace {
-
-/// The deepest nesting of lists and objects in `text` (outside strings), scanned without
-/// recursion so that a document nested 100 000 levels deep is refused before the JSON library
-/// recurses over it. Stops counting past `limit`.
-std::size_t nesting_depth(const std::string& text, std::size_t limit) {
-  std::size_t depth = 0;
-  std::size_t deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // skip the escaped character
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) {
-        return deepest;
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-}  // namespace
-
-json parse_document(const std::string& text, const std::string& origin) {
-  if (nesting_depth(text, kMaxVectorNesting) > kMaxVectorNesting) {
-    throw FormatError(origin + ": nested more than " + std::to_string(kMaxVectorNesting) +
-                      " levels deep; a conformance document needs far fewer");
-  }
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    throw FormatError(origin + ": not valid JSON: " + e.what());
-  }
-  if (!doc.is_object() || !doc.contains("cases") || !doc["cases"].is_array()) {
-    throw FormatError(origin +
-                      ": not a conformance document (needs an object with a 'cases' list)");
-  }
-  if (doc.contains("format") && doc["format"] != "prefixhit-conformance/1") {
-    throw FormatError(origin + ": unsupported format " + clip(doc["format"].dump(), 80) +
-                      " (expected \"prefixhit-conformance/1\")");
-  }
-  if (doc["cases"].empty()) {
-    throw FormatError(origin + ": no cases (a vector file must hold at least one)");
-  }
-  return doc;
-}
-
-FileResult run_file(const std::string& path, Backend& backend) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw IoError("cannot open vector file '" + path + "'");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  const json doc = parse_document(text.str(), path);
-  FileResult out;
-  out.path = path;
-  out.family = doc.value("family", std::filesystem::path(path).stem().string());
-  out.cases.reserve(doc["cases"].size());
-  for (const json& test_case : doc["cases"]) {
-    out.cases.push_back(run_case(test_case, backend));
-  }
-  return out;
-}
-
-std::vector<std::string> collect_vector_files(const std::vector<std::string>& paths) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> files;
-  for (const std::string& path : paths) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
-      std::vector<std::string> found;
-      for (const auto& entry : fs::directory_iterator(path)) {
-        if (entry.is_regular_file() && entry.path().extension() == ".json") {
-          found.push_back(entry.path().string());
-        }
-      }
-      if (found.empty()) {
-        throw IoError("vector folder '" + path + "' holds no *.json files");
-      }
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else if (fs::is_regular_file(path, ec)) {
-      files.push_back(path);
-    } else {
-      throw IoError("no such vector file or folder: '" + path + "'");
-    }
-  }
-  return files;
-}
-
-std::string default_vectors_dir() {
-  if (const char* env = std::getenv("PREFIXHIT_VECTORS"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return PREFIXHIT_DEFAULT_VECTORS_DIR;
 }
 
 }  // namespace prefixhit::conformance
