@@ -338,18 +338,28 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
   static detail::ScratchPool<std::vector<WindowKey>> pool;
   const auto lease = pool.lease();
   std::vector<WindowKey>& refs = *lease;
-  refs.clear();
+  const auto keys_of = [](const ProbeWindow& win) {
+    return win.hashes == nullptr || !detail::valid_group(win.group_id) ? 0
+           : win.count > 64                                            ? 64
+                                                                       : std::max(win.count, 0);
+  };
+  std::size_t total = 0;
+  for (std::size_t w = 0; w < n; ++w) {
+    total += static_cast<std::size_t>(keys_of(windows[w]));
+  }
+  refs.resize(total);  // sized once: the fill below is the hot loop's setup, per key
+  WindowKey* ref = refs.data();
   for (std::size_t w = 0; w < n; ++w) {
     const ProbeWindow& win = windows[w];
-    if (win.hashes == nullptr || !detail::valid_group(win.group_id)) {
-      continue;
+    const int count = keys_of(win);
+    if (count == 0) {
+      continue;  // a bad group id or no hashes: no keys, and the window answers 0
     }
     const std::uint32_t meta = detail::pack_meta(ns_, win.group_id, width_code);
-    const int count = win.count > 64 ? 64 : win.count;
-    for (int k = 0; k < count; ++k) {
-      const Impl::KeyRef key{win.hashes + win.first + static_cast<std::int64_t>(k) * win.step,
-                             meta};
-      refs.push_back(WindowKey{key, static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(k)});
+    const BlockDigest* digest = win.hashes + win.first;
+    for (int k = 0; k < count; ++k, digest += win.step) {
+      *ref++ = WindowKey{Impl::KeyRef{digest, meta}, static_cast<std::uint32_t>(w),
+                         static_cast<std::uint32_t>(k)};
     }
   }
   const Impl& impl = *index_->impl_;

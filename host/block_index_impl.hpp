@@ -145,29 +145,53 @@ struct BlockIndex::Impl {
     };
     Pending ring[kRing];
     const detail::BucketHeader* headers = table.headers.get();
-    for (std::size_t i = 0; i < n + kLead; ++i) {
-      // Stage 0: the caller's digest of a key further ahead (often out of cache too).
+    // Stage 1: hash key i, prefetch its home bucket's header.
+    const auto hash_stage = [&](std::size_t i) {
+      Pending& p = ring[i % kRing];
+      p.key = key_at(i);
+      p.hash = hash_of(p.key);
+      cpu_index::prefetch(headers + (p.hash & table.bucket_mask));
+    };
+    // Stage 2: match key k's header, prefetch its first candidate's digest.
+    const auto match_stage = [&](std::size_t k) {
+      Pending& p = ring[k % kRing];
+      p.candidates = match_and_prefetch(p.hash, p.key.meta);
+    };
+    // Stage 3: compare key k against its candidates.
+    const auto compare_stage = [&](std::size_t k) {
+      const Pending& p = ring[k % kRing];
+      emit(k, home_answer(p.key, p.hash, p.candidates));
+    };
+    // Step i runs the stages that have a key: all four in the steady state, which runs without
+    // the tests (steps kLead .. n-kLead-1); the warm-up and the drain test each stage.
+    const auto checked_step = [&](std::size_t i) {
       if (i + kLead < n) {
-        cpu_index::prefetch(key_at(i + kLead).digest);
+        cpu_index::prefetch(key_at(i + kLead).digest);  // Stage 0: the caller's digest
       }
-      // Stage 1: hash key i, prefetch its home bucket's header.
       if (i < n) {
-        Pending& p = ring[i % kRing];
-        p.key = key_at(i);
-        p.hash = hash_of(p.key);
-        cpu_index::prefetch(headers + (p.hash & table.bucket_mask));
+        hash_stage(i);
       }
-      // Stage 2: match key i-kTagAhead's header, prefetch its first candidate's digest.
       if (i >= kTagAhead && i - kTagAhead < n) {
-        Pending& p = ring[(i - kTagAhead) % kRing];
-        p.candidates = match_and_prefetch(p.hash, p.key.meta);
+        match_stage(i - kTagAhead);
       }
-      // Stage 3: compare key i-kLead against its candidates.
       if (i >= kLead) {
-        const std::size_t k = i - kLead;
-        const Pending& p = ring[k % kRing];
-        emit(k, home_answer(p.key, p.hash, p.candidates));
+        compare_stage(i - kLead);
       }
+    };
+    const std::size_t steps = n + kLead;
+    const std::size_t steady_end = n > 2 * kLead ? n - kLead : kLead;
+    std::size_t i = 0;
+    for (; i < kLead; ++i) {
+      checked_step(i);
+    }
+    for (; i < steady_end; ++i) {
+      cpu_index::prefetch(key_at(i + kLead).digest);
+      hash_stage(i);
+      match_stage(i - kTagAhead);
+      compare_stage(i - kLead);
+    }
+    for (; i < steps; ++i) {
+      checked_step(i);
     }
   }
 
