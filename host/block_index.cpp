@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <random>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "host/block_index_impl.hpp"
 #include "host/block_index_table.hpp"
 #include "host/probes.hpp"
+#include "host/random_seed.hpp"
 #include "host/scratch_pool.hpp"
 #include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/detail/index_slots.hpp"
@@ -47,18 +46,6 @@ using cpu_index::clear_headers;
 using cpu_index::Table;
 using detail::kBucketSlots;
 using detail::SlotKey;
-
-std::uint64_t random_seed() {
-  std::uint64_t seed = 0;
-  try {
-    std::random_device device;
-    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
-  } catch (const std::exception&) {
-    seed = static_cast<std::uint64_t>(
-        std::chrono::high_resolution_clock::now().time_since_epoch().count());
-  }
-  return seed == 0 ? 0x6A09E667F3BCC909ULL : seed;
-}
 
 void validate_key_owner(Namespace ns, std::int64_t group_id, const char* call) {
   if (!detail::valid_namespace(ns)) {
@@ -128,7 +115,7 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
                            " slots: initial_capacity is above the 2^40-slot limit");
   }
   impl_->options = options;
-  impl_->seed = options.seed != 0 ? options.seed : random_seed();
+  impl_->seed = options.seed != 0 ? options.seed : detail::random_hash_seed();
   impl_->hash_key = detail::make_hash_key(impl_->seed);
   impl_->max_buckets = detail::max_buckets_for(options.max_capacity);
   impl_->table = allocate_table(detail::buckets_for_slots(

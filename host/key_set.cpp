@@ -1,10 +1,9 @@
 // KeySet: a caller-supplied set of (group id, key) pairs.
-#include <chrono>
 #include <mutex>
-#include <random>
 #include <shared_mutex>
 #include <unordered_set>
 
+#include "host/random_seed.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/existence.hpp"
 
@@ -23,17 +22,7 @@ struct GroupKey {
 /// The hash secret, drawn once per process: digests come from requests, so an unseeded hash of
 /// a few bytes lets crafted prompts pile every key into one bucket (quadratic inserts).
 const detail::IndexHashKey& process_hash_key() {
-  static const detail::IndexHashKey key = [] {
-    std::uint64_t seed = 0;
-    try {
-      std::random_device device;
-      seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
-    } catch (const std::exception&) {
-      seed = static_cast<std::uint64_t>(
-          std::chrono::high_resolution_clock::now().time_since_epoch().count());
-    }
-    return detail::make_hash_key(seed);
-  }();
+  static const detail::IndexHashKey key = detail::make_hash_key(detail::random_hash_seed());
   return key;
 }
 

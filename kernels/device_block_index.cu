@@ -12,6 +12,7 @@
 #include <string>
 
 #include "host/nvtx.hpp"
+#include "host/random_seed.hpp"
 #include "kernels/device_block_index_impl.cuh"
 #include "kernels/device_index_memory.cuh"
 #include "prefixhit/detail/index_capacity.hpp"
@@ -27,7 +28,6 @@ using index_host::DeviceBuffer;
 using index_host::DeviceCounters;
 using index_host::DeviceTable;
 using index_host::make_batch;
-using index_host::random_seed;
 using index_host::validate_device_pointer;
 using index_host::validate_owner;
 
@@ -71,7 +71,7 @@ DeviceBlockIndex::DeviceBlockIndex(const DeviceBlockIndexOptions& options, cudaS
   }
   Impl& impl = *impl_;
   impl.options = options;
-  impl.seed = options.seed != 0 ? options.seed : random_seed();
+  impl.seed = options.seed != 0 ? options.seed : detail::random_hash_seed();
   impl.hash_key = detail::make_hash_key(impl.seed);
   impl.max_buckets = detail::max_buckets_for(options.max_capacity);
   int device = 0;

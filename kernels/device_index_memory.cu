@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <exception>
-#include <random>
 #include <string>
 
 namespace prefixhit::index_host {
@@ -69,18 +68,6 @@ void DeviceBuffer::release() noexcept {
     cudaFree(ptr_);
   }
   ptr_ = nullptr;
-}
-
-std::uint64_t random_seed() {
-  std::uint64_t seed = 0;
-  try {
-    std::random_device device;
-    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
-  } catch (const std::exception&) {
-    seed =
-        static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&seed)) ^ 0x243F6A8885A308D3ULL;
-  }
-  return seed == 0 ? 0x13198A2E03707344ULL : seed;
 }
 
 void validate_owner(Namespace ns, std::int64_t group_id, const char* call) {

@@ -92,9 +92,6 @@ struct TableBuffers {
   }
 };
 
-/// A nonzero hash seed from std::random_device (an address-derived one where that fails).
-std::uint64_t random_seed();
-
 /// Throws InvalidArgument for a namespace past 24 bits or a group id outside [0, kMaxGroups).
 void validate_owner(Namespace ns, std::int64_t group_id, const char* call);
 

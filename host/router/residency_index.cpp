@@ -1,11 +1,11 @@
 // The residency index: keys -> interned worker sets (see router.hpp and residency_impl.hpp).
 #include <algorithm>
 #include <mutex>
-#include <random>
 #include <string>
 #include <unordered_map>
 
 #include "host/checks.hpp"
+#include "host/random_seed.hpp"
 #include "host/router/residency_impl.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
 #include "prefixhit/errors.hpp"
@@ -223,8 +223,7 @@ ResidencyIndex::ResidencyIndex(const ResidencyOptions& options) : impl_(std::mak
   s.worker_words = (static_cast<std::size_t>(s.num_workers) + 63) / 64;
   s.seed = options.seed;
   if (s.seed == 0) {
-    std::random_device device;
-    s.seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+    s.seed = detail::random_hash_seed();
   }
   clear();
   Writer(s).rehash(round_pow2(std::max<std::size_t>(options.initial_capacity, 64)));

@@ -1,0 +1,21 @@
+// The one source of hash-secret seeds (random_seed.hpp).
+#include "host/random_seed.hpp"
+
+#include <chrono>
+#include <exception>
+#include <random>
+
+namespace prefixhit::detail {
+
+std::uint64_t random_hash_seed() noexcept {
+  std::uint64_t seed = 0;
+  try {
+    std::random_device device;
+    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  } catch (const std::exception&) {
+    seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return seed == 0 ? 0x6A09E667F3BCC909ULL : seed;  // zero means "draw one" to the callers
+}
+
+}  // namespace prefixhit::detail
