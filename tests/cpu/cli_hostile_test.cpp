@@ -1,6 +1,7 @@
 // The CLI under hostile arguments (issue 13, items 4, 5, 6 and 8), run as a subprocess with a
 // 10-second deadline: every case must end in a message and a non-zero exit, never a hang or a
-// signal. Skipped when the CLI is not built.
+// signal; and a few small runs that must succeed and say what they checked (bench, route-bench).
+// Skipped when the CLI is not built.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -14,10 +15,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/cpu/test_support.hpp"
 
 namespace {
 
@@ -203,6 +207,61 @@ TEST_F(CliHostile, ConformanceRefusesBombsAndEmptyInput) {
   const std::string no_cases = file("none.json");
   std::ofstream(no_cases) << R"({"cases": []})";
   expect_refused({"conformance", no_cases}, "no cases");
+}
+
+// Not hostile: route-bench checks its one-pass per-worker scores against one lookup per worker
+// on every workload shape, says so in each output, and names the option it refuses.
+TEST_F(CliHostile, RouteBenchScoresMatchTheNaiveLoopAndRefusesBadSizes) {
+  const std::uint64_t seed = prefixhit::testing::test_seed();
+  std::cout << "seed " << seed << " (" << prefixhit::testing::seed_note(seed) << ")\n";
+  SCOPED_TRACE(prefixhit::testing::seed_note(seed));
+  // 24 requests, every 2nd checked: 12 requests of 9 workers.
+  const std::vector<std::string> small = {"route-bench",
+                                          "--workers",
+                                          "9",
+                                          "--requests",
+                                          "24",
+                                          "--min-tokens",
+                                          "1024",
+                                          "--max-tokens",
+                                          "16384",
+                                          "--documents",
+                                          "3",
+                                          "--depth-levels",
+                                          "2",
+                                          "--evict",
+                                          "0.1",
+                                          "--naive-every",
+                                          "2",
+                                          "--seed",
+                                          std::to_string(seed)};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = small;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  for (const std::string workload : {"dsv4-flash", "fa-3swa", "fa-mamba-align"}) {
+    const Outcome o = run_cli(with({"--workload", workload, "--json", "--gpu-table"}));
+    ASSERT_EQ(o.exit_code, 0) << workload << "\n" << o.output;
+    EXPECT_NE(o.output.find("\"mismatches\": 0"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("\"requests\": 12"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("\"every_probe\": {"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("\"reached\": {"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("\"8k_2t\": {"), std::string::npos) << o.output;
+  }
+  const Outcome text = run_cli(with({}));
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("0 mismatches in 108 worker results"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("top-4: "), std::string::npos) << text.output;
+  const Outcome profile = run_cli(with({"--only-8k", "1"}));
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  EXPECT_EQ(profile.output.rfind("8K, 1t, 1 rounds: ", 0), 0U) << profile.output;
+
+  expect_refused({"route-bench", "--workers", "0"}, "--workers must be in [1, 65536]");
+  expect_refused({"route-bench", "--top-k", "0"}, "--top-k must be positive");
+  expect_refused({"route-bench", "--min-tokens", "10", "--max-tokens", "5"}, "--min-tokens");
+  expect_refused({"route-bench", "--workload", "nope"}, "unknown workload");
 }
 
 }  // namespace
