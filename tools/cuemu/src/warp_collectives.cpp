@@ -174,7 +174,7 @@ unsigned long long warp_collective(Op op, unsigned mask, unsigned long long valu
   for (int l = 0; l < 32; ++l) {
     if (!((mask >> l) & 1U) || l == f->lane)
       continue;
-    Fiber& other = b.fibers[static_cast<std::size_t>(base + l)];
+    Fiber& other = b.fibers[static_cast<std::size_t>(base) + static_cast<std::size_t>(l)];
     other.result = results[l];
     make_runnable(&other);
   }
