@@ -1,4 +1,5 @@
-// Shared by the emulator's scheduler (scheduler.cpp) and its CUDA runtime API (cudart.cpp).
+// Shared by the emulator's scheduler (scheduler.cpp, warp_collectives.cpp, block_barriers.cpp;
+// their own state is in scheduler.hpp) and its CUDA runtime API (cudart.cpp).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,35 +1,24 @@
-// The fiber scheduler behind kernel launches, warp collectives and block barriers. Every CUDA
-// thread of a resident block is a ucontext fiber on the launching OS thread; a collective parks
-// its lane until every lane of the mask arrives, and reports (fatal) what the GPU would leave
-// undefined: exited lanes, divergent collectives, bad masks, deadlocks.
+// The fiber scheduler behind kernel launches: every CUDA thread of a resident block is a ucontext
+// fiber on the launching OS thread, run in round-robin or random order, with a fatal report of a
+// deadlock, a lane that exits while its warp waits for it, and __trap(). The warp collectives
+// (warp_collectives.cpp) and block barriers (block_barriers.cpp) park fibers through it; the
+// state they share is in scheduler.hpp.
+#include "scheduler.hpp"
+
 #include <sys/mman.h>
 #include <ucontext.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <random>
-#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuemu/cuemu.hpp"
 #include "internal.hpp"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CUEMU_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define CUEMU_ASAN 1
-#endif
 #if defined(CUEMU_ASAN)
 #include <sanitizer/common_interface_defs.h>
 #endif
@@ -41,74 +30,9 @@ thread_local uint3 tl_block_idx;
 thread_local dim3 tl_block_dim;
 thread_local dim3 tl_grid_dim;
 
-namespace {
-
-// ---- fibers -------------------------------------------------------------------------------------
-struct Block;
-
-enum class State { kRunnable, kWaitWarp, kWaitBlock, kDone };
-
-struct Fiber {
-  ucontext_t ctx{};
-  char* stack = nullptr;  // usable part, above the guard page
-  std::size_t stack_bytes = 0;
-  uint3 tid{};
-  int linear = 0;
-  int lane = 0;
-  int warp = 0;
-  Block* block = nullptr;
-  State state = State::kRunnable;
-  unsigned long long result = 0;
-  const char* waiting = "";
-#if defined(CUEMU_ASAN)
-  void* fake_stack = nullptr;
-#endif
-};
-
-struct Pending {  // a warp collective some lanes have reached
-  Op op;
-  unsigned mask;
-  int width;
-  const char* name;
-  unsigned arrived;
-};
-
-struct Warp {
-  unsigned existing = 0;  // lanes that exist (a partial last warp has fewer)
-  unsigned exited = 0;
-  std::vector<Pending> pending;
-  unsigned long long value[32] = {};
-  int aux[32] = {};
-};
-
-struct Block {
-  uint3 bid{};
-  int nthreads = 0;
-  std::vector<Fiber> fibers;
-  std::vector<Warp> warps;
-  int done = 0;
-  int barrier_arrived = 0;
-  int barrier_count = 0;
-  const char* barrier_name = nullptr;
-};
-
-struct Scheduler {
-  ucontext_t main_ctx{};
-  std::vector<Fiber*> runnable;  // FIFO in rr mode
-  std::size_t head = 0;
-  Fiber* current = nullptr;
-  KernelBody body = nullptr;
-  void* closure = nullptr;
-  std::mt19937_64 rng;
-  std::uniform_real_distribution<double> coin{0.0, 1.0};
-  const char* kernel_name = "kernel";
-#if defined(CUEMU_ASAN)
-  const void* main_stack_bottom = nullptr;
-  std::size_t main_stack_size = 0;
-#endif
-};
-
 thread_local Scheduler* tl_sched = nullptr;
+
+namespace {
 
 struct StackPool {
   std::vector<std::pair<char*, std::size_t>> free;
@@ -150,6 +74,8 @@ void switch_to(ucontext_t* from, ucontext_t* to, const void* to_bottom, std::siz
 #endif
 }
 
+}  // namespace
+
 /// Leaves the current fiber for the scheduler (its state says whether it stays runnable).
 void yield_current() {
   Scheduler& s = *tl_sched;
@@ -175,7 +101,7 @@ std::string describe(const Fiber& f) {
   return buf;
 }
 
-void check_barrier(Block& b);
+namespace {
 
 void fiber_exit(Fiber* f) {
   Block& b = *f->block;
@@ -206,21 +132,6 @@ void fiber_entry() {
 #else
   setcontext(&s.main_ctx);
 #endif
-}
-
-void check_barrier(Block& b) {
-  if (b.barrier_arrived > 0 && b.barrier_arrived + b.done == b.nthreads) {
-    const int count = b.barrier_count;
-    b.barrier_arrived = 0;
-    b.barrier_count = 0;
-    b.barrier_name = nullptr;
-    for (Fiber& f : b.fibers) {
-      if (f.state == State::kWaitBlock) {
-        f.result = static_cast<unsigned long long>(count);
-        make_runnable(&f);
-      }
-    }
-  }
 }
 
 Fiber* pick_next(Scheduler& s) {
@@ -314,207 +225,6 @@ unsigned active_mask() {
   const Warp& w = s->current->block->warps[static_cast<std::size_t>(s->current->warp)];
   // No SIMT convergence model: every lane that has not exited counts as active.
   return w.existing & ~w.exited;
-}
-
-unsigned long long warp_collective(Op op, unsigned mask, unsigned long long value, int aux,
-                                   int width, const char* name) {
-  Scheduler* s = tl_sched;
-  if (s == nullptr || s->current == nullptr)
-    fatal("%s called outside a kernel", name);
-  Fiber* f = s->current;
-  Block& b = *f->block;
-  Warp& w = b.warps[static_cast<std::size_t>(f->warp)];
-  const unsigned bit = 1U << f->lane;
-  if ((mask & bit) == 0) {
-    fatal("in %s: %s calls %s with mask 0x%08x, which does not name the calling lane",
-          s->kernel_name, describe(*f).c_str(), name, mask);
-  }
-  if ((mask & ~w.existing) != 0) {
-    fatal(
-        "in %s: %s calls %s with mask 0x%08x naming lanes that do not exist (block has %d threads)",
-        s->kernel_name, describe(*f).c_str(), name, mask, b.nthreads);
-  }
-  if ((mask & w.exited) != 0) {
-    fatal("in %s: %s calls %s with mask 0x%08x naming lanes 0x%08x that already exited",
-          s->kernel_name, describe(*f).c_str(), name, mask, mask & w.exited);
-  }
-  if (width <= 0 || width > 32 || (width & (width - 1)) != 0) {
-    fatal("in %s: %s calls %s with width %d", s->kernel_name, describe(*f).c_str(), name, width);
-  }
-  Pending* p = nullptr;
-  for (Pending& q : w.pending) {
-    if (q.mask & bit) {
-      p = &q;
-      break;
-    }
-    if (q.mask & mask) {
-      fatal(
-          "in %s: %s calls %s(mask 0x%08x) while lanes 0x%08x wait in %s(mask 0x%08x): masks "
-          "overlap",
-          s->kernel_name, describe(*f).c_str(), name, mask, q.arrived, q.name, q.mask);
-    }
-  }
-  if (p != nullptr && (p->op != op || p->mask != mask || p->width != width || p->name != name)) {
-    fatal(
-        "in %s: divergent warp collectives: %s calls %s(mask 0x%08x) while lanes 0x%08x wait in "
-        "%s(mask 0x%08x)",
-        s->kernel_name, describe(*f).c_str(), name, mask, p->arrived, p->name, p->mask);
-  }
-  if (p == nullptr) {
-    w.pending.push_back(Pending{op, mask, width, name, 0});
-    p = &w.pending.back();
-  }
-  w.value[f->lane] = value;
-  w.aux[f->lane] = aux;
-  p->arrived |= bit;
-  if (p->arrived != mask) {
-    f->state = State::kWaitWarp;
-    f->waiting = name;
-    yield_current();
-    return f->result;
-  }
-  // The last lane arrived: compute every lane's result.
-  const Pending done = *p;
-  w.pending.erase(w.pending.begin() + (p - w.pending.data()));
-  unsigned long long results[32] = {};
-  unsigned ballot = 0;
-  unsigned long long acc = 0;
-  bool first = true;
-  for (int l = 0; l < 32; ++l) {
-    if (!((mask >> l) & 1U))
-      continue;
-    const unsigned long long v = w.value[l];
-    if (v != 0)
-      ballot |= 1U << l;
-    const bool is_signed = w.aux[l] != 0;
-    switch (op) {
-      case Op::kReduceAdd:
-        acc += v;
-        break;
-      case Op::kReduceAnd:
-        acc = first ? v : (acc & v);
-        break;
-      case Op::kReduceOr:
-        acc |= v;
-        break;
-      case Op::kReduceXor:
-        acc ^= v;
-        break;
-      case Op::kReduceMin:
-        acc = first
-                  ? v
-                  : (is_signed ? (static_cast<long long>(v) < static_cast<long long>(acc) ? v : acc)
-                               : std::min(acc, v));
-        break;
-      case Op::kReduceMax:
-        acc = first
-                  ? v
-                  : (is_signed ? (static_cast<long long>(v) > static_cast<long long>(acc) ? v : acc)
-                               : std::max(acc, v));
-        break;
-      default:
-        break;
-    }
-    first = false;
-  }
-  for (int l = 0; l < 32; ++l) {
-    if (!((mask >> l) & 1U))
-      continue;
-    const int seg = l & ~(width - 1);
-    int src = l;
-    switch (op) {
-      case Op::kBallot:
-        results[l] = ballot;
-        break;
-      case Op::kAny:
-        results[l] = ballot != 0;
-        break;
-      case Op::kAll:
-        results[l] = ballot == mask;
-        break;
-      case Op::kSyncWarp:
-        results[l] = 0;
-        break;
-      case Op::kReduceAdd:
-      case Op::kReduceMin:
-      case Op::kReduceMax:
-      case Op::kReduceAnd:
-      case Op::kReduceOr:
-      case Op::kReduceXor:
-        results[l] = acc & 0xffffffffULL;
-        break;
-      case Op::kMatchAny: {
-        unsigned m = 0;
-        for (int k = 0; k < 32; ++k)
-          if (((mask >> k) & 1U) && w.value[k] == w.value[l])
-            m |= 1U << k;
-        results[l] = m;
-        break;
-      }
-      case Op::kShflIdx:
-        src = seg + (w.aux[l] & (width - 1));
-        break;
-      case Op::kShflUp:
-        src = (l - w.aux[l] >= seg) ? l - w.aux[l] : l;
-        break;
-      case Op::kShflDown:
-        src = (l + w.aux[l] < seg + width) ? l + w.aux[l] : l;
-        break;
-      case Op::kShflXor:
-        src = ((l ^ w.aux[l]) < seg + width) ? (l ^ w.aux[l]) : l;
-        break;
-    }
-    if (op == Op::kShflIdx || op == Op::kShflUp || op == Op::kShflDown || op == Op::kShflXor) {
-      if (!((mask >> src) & 1U)) {
-        fatal(
-            "in %s: lane %d of warp %d in block (%u,%u,%u) reads lane %d in %s(mask 0x%08x), which "
-            "is "
-            "not in the mask (undefined value on the GPU)",
-            s->kernel_name, l, f->warp, b.bid.x, b.bid.y, b.bid.z, src, name, mask);
-      }
-      results[l] = w.value[src];
-    }
-  }
-  const int base = f->warp * 32;
-  for (int l = 0; l < 32; ++l) {
-    if (!((mask >> l) & 1U) || l == f->lane)
-      continue;
-    Fiber& other = b.fibers[static_cast<std::size_t>(base + l)];
-    other.result = results[l];
-    make_runnable(&other);
-  }
-  (void)done;
-  return results[f->lane];
-}
-
-void block_barrier_impl(const char* name, int predicate, int* count_out) {
-  Scheduler* s = tl_sched;
-  if (s == nullptr || s->current == nullptr)
-    fatal("%s called outside a kernel", name);
-  Fiber* f = s->current;
-  Block& b = *f->block;
-  if (b.barrier_name != nullptr && b.barrier_name != name) {
-    fatal("in %s: %s reaches %s while others wait in %s", s->kernel_name, describe(*f).c_str(),
-          name, b.barrier_name);
-  }
-  b.barrier_name = name;
-  ++b.barrier_arrived;
-  b.barrier_count += predicate;
-  f->state = State::kWaitBlock;
-  f->waiting = name;
-  check_barrier(b);  // may release everyone, this fiber included
-  yield_current();
-  if (count_out)
-    *count_out = static_cast<int>(f->result);
-}
-
-void block_barrier(const char* name) {
-  block_barrier_impl(name, 0, nullptr);
-}
-int block_barrier_count(int predicate) {
-  int c = 0;
-  block_barrier_impl("__syncthreads_count", predicate, &c);
-  return c;
 }
 
 cudaError_t run_grid(const LaunchConfig& cfg, KernelBody body, void* closure) {
