@@ -18,18 +18,30 @@ so two groups merge exactly when vLLM's ``spec == spec`` says so.
 ``semantics`` picks the reference version: ``"vllm-0.33"`` (the default, vLLM 0.33.0) or
 ``"pr49069"`` (vLLM commit 5c4fe4b, PR #49069). Where vLLM asserts, the errors raised here derive
 from both the prefixhit error class and :class:`AssertionError`.
+
+This module holds the coordinator; the errors (``_vllm_errors``), the reading of spec objects
+(``_vllm_specs``) and the block pools (``_vllm_pools``) live in private modules and are
+re-exported here, which stays the one import path.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-from collections.abc import Iterable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Sequence
 from typing import Any
 
 from . import errors
-from ._core import Coordinator, KeySet
+from ._core import Coordinator
+from ._vllm_errors import (
+    VllmAlignmentChunkedLocalAssertionError,
+    VllmAlignmentSlidingWindowAssertionError,
+    VllmAssertionError,
+    VllmConfigAssertionError,
+    VllmEagleChunkedLocalAssertionError,
+    VllmUnalignedLengthAssertionError,
+    _translate,
+)
+from ._vllm_pools import ExternalCachedBlockPool, _as_hash_list, _store_of
+from ._vllm_specs import _unwrap, group_dict_from_vllm
 
 __all__ = [
     "ExternalCachedBlockPool",
@@ -44,281 +56,6 @@ __all__ = [
 ]
 
 SEMANTICS = ("vllm-0.33", "pr49069")
-
-
-class VllmAssertionError(errors.PrefixhitError, AssertionError):
-    """A failure where vLLM's coordinator raises AssertionError (its callers catch that)."""
-
-
-class VllmConfigAssertionError(errors.InvalidConfigError, AssertionError):
-    """An invalid configuration, where vLLM's constructor asserts."""
-
-
-class VllmUnalignedLengthAssertionError(errors.UnalignedLengthError, AssertionError):
-    """A mask length not a multiple of ``lcm_block_size``, where vLLM asserts."""
-
-
-class VllmEagleChunkedLocalAssertionError(errors.UnsupportedEagleChunkedLocalError, AssertionError):
-    """Chunked local attention asked to apply the EAGLE drop, where vLLM asserts."""
-
-
-class VllmAlignmentChunkedLocalAssertionError(
-    errors.UnsupportedAlignmentChunkedLocalError, AssertionError
-):
-    """A chunked-local block size that differs from the alignment, where vLLM asserts."""
-
-
-class VllmAlignmentSlidingWindowAssertionError(
-    errors.UnsupportedAlignmentSlidingWindowError, AssertionError
-):
-    """An alignment that is not a multiple of a window block size (pr49069), where vLLM asserts."""
-
-
-_ASSERTING = {
-    errors.InvalidConfigError: VllmConfigAssertionError,
-    errors.UnalignedLengthError: VllmUnalignedLengthAssertionError,
-    errors.UnsupportedEagleChunkedLocalError: VllmEagleChunkedLocalAssertionError,
-    errors.UnsupportedAlignmentChunkedLocalError: VllmAlignmentChunkedLocalAssertionError,
-    errors.UnsupportedAlignmentSlidingWindowError: VllmAlignmentSlidingWindowAssertionError,
-}
-
-
-# Class names -> the group kind of prefixhit's dict form. Looked up along the MRO, so a
-# subclass of a known spec (a runtime's own variant) is read as its base kind.
-_KIND_BY_CLASS = {
-    "MLAAttentionSpec": "mla_attention",
-    "FullAttentionSpec": "full_attention",
-    "SlidingWindowMLASpec": "sliding_window_mla",
-    "SlidingWindowSpec": "sliding_window",
-    "ChunkedLocalAttentionSpec": "chunked_local",
-    "MambaSpec": "mamba",
-    "CircularBufferSpec": "circular_buffer",
-    "CircularBufferAttentionSpec": "circular_buffer",
-}
-_UNSUPPORTED_CLASSES = {"CrossAttentionSpec", "EncoderOnlyAttentionSpec", "SinkFullAttentionSpec"}
-
-# Fields the engine reads (besides identity). Everything else is identity.
-_KNOWN_FIELDS = (
-    "block_size",
-    "num_kv_heads",
-    "head_size",
-    "dtype",
-    "sliding_window",
-    "attention_chunk_size",
-    "mamba_cache_mode",
-    "extra_retained_tokens",
-    "bounded_replay",
-)
-# Per kind, the known fields the dict form takes (others of the object become identity).
-_FIELDS_BY_KIND = {
-    "full_attention": {
-        "block_size", "num_kv_heads", "head_size", "dtype", "sliding_window",
-        "attention_chunk_size",
-    },
-    "mla_attention": {"block_size", "num_kv_heads", "head_size", "dtype"},
-    "sliding_window": {
-        "block_size", "num_kv_heads", "head_size", "dtype", "sliding_window",
-        "extra_retained_tokens",
-    },
-    "sliding_window_mla": {
-        "block_size", "num_kv_heads", "head_size", "dtype", "sliding_window",
-        "extra_retained_tokens", "bounded_replay",
-    },
-    "chunked_local": {"block_size", "num_kv_heads", "head_size", "dtype", "attention_chunk_size"},
-    "mamba": {"block_size", "mamba_cache_mode"},
-    "circular_buffer": {"block_size", "num_kv_heads", "head_size", "dtype"},
-}
-
-
-def _json_like(value: Any) -> Any:
-    """A JSON-like rendering of a spec field for identity: equal values map to equal results."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, enum.Enum):
-        return f"{type(value).__name__}.{value.name}"
-    if isinstance(value, (list, tuple)):
-        return [_json_like(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_like(v) for k, v in value.items()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {"__class__": type(value).__name__}
-        out.update({f.name: _json_like(getattr(value, f.name)) for f in dataclasses.fields(value)})
-        return out
-    text = str(value)
-    # torch dtypes print as "torch.bfloat16"; numpy dtypes as "float16".
-    return text[len("torch."):] if text.startswith("torch.") else text
-
-
-def _spec_fields(spec: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return {k: v for k, v in vars(spec).items() if not k.startswith("_")}
-
-
-def _kind_of(spec: Any) -> str:
-    for cls in type(spec).__mro__:
-        if cls.__name__ in _UNSUPPORTED_CLASSES:
-            raise VllmConfigAssertionError(
-                f"{cls.__name__} groups have no prefix-cache lookup (vLLM has no manager for them)"
-            )
-        kind = _KIND_BY_CLASS.get(cls.__name__)
-        if kind is not None:
-            return kind
-    raise VllmConfigAssertionError(
-        f"unknown KV cache spec class {type(spec).__name__}: expected one of "
-        + ", ".join(sorted(_KIND_BY_CLASS))
-    )
-
-
-def _unwrap(spec: Any) -> Any:
-    """The first inner spec of a UniformTypeKVCacheSpecs wrapper (SEMANTICS.md 8), else spec."""
-    inner = getattr(spec, "kv_cache_specs", None)
-    if inner is not None and any(
-        c.__name__ == "UniformTypeKVCacheSpecs" for c in type(spec).__mro__
-    ):
-        values = list(inner.values()) if isinstance(inner, dict) else list(inner)
-        if not values:
-            raise VllmConfigAssertionError("UniformTypeKVCacheSpecs holds no spec")
-        return values[0]
-    return spec
-
-
-def group_dict_from_vllm(spec: Any, *, eagle: bool = False) -> dict[str, Any]:
-    """prefixhit's dict form of one vLLM spec object: the kind, the fields the engine reads,
-    and every other field (as ``identity.<name>``) for spec equality."""
-    outer = spec
-    spec = _unwrap(spec)
-    kind = _kind_of(spec)
-    fields = _spec_fields(spec)
-    group: dict[str, Any] = {"kind": kind, "eagle": bool(eagle)}
-    wanted = _FIELDS_BY_KIND[kind]
-    for name, value in fields.items():
-        if name in wanted:
-            if name == "dtype":
-                value = _json_like(value)
-            elif name == "mamba_cache_mode" and not isinstance(value, str):
-                value = getattr(value, "value", str(value))
-            elif name in ("extra_retained_tokens",) and value is None:
-                continue
-            group[name] = value
-        else:
-            group["identity." + name] = _json_like(value)
-    group["identity.__class__"] = type(spec).__name__
-    if outer is not spec:
-        # Construction checks use the wrapper's block size; equality sees the whole wrapper.
-        group["block_size"] = getattr(outer, "block_size", group.get("block_size"))
-        group["identity.__wrapper__"] = _json_like(outer)
-    if "block_size" not in group:
-        raise VllmConfigAssertionError(f"{type(spec).__name__} has no block_size")
-    if kind == "mamba":
-        group.setdefault("mamba_cache_mode", "none")
-    return group
-
-
-class _NullBlock:
-    """The sentinel vLLM's pool hands out for a placeholder (identity only)."""
-
-    block_id = 0
-
-    def __repr__(self) -> str:
-        return "KVCacheBlock(block_id=0)"
-
-
-class _PresentBlock:
-    block_id = 1
-
-    def __repr__(self) -> str:
-        return "KVCacheBlock(block_id=1)"
-
-
-class ExternalCachedBlockPool:
-    """vLLM's pool over a ``(group_id, hash)`` exists set, with the same constructor and
-    ``get_cached_block`` / ``contains``. ``exists=None`` answers "present" for everything (the
-    receive side). The set is probed in place by the engine; no copy is made."""
-
-    def __init__(
-        self, hash_block_size: int | None = None, exists: Iterable[tuple[int, bytes]] | None = None
-    ) -> None:
-        self.hash_block_size = hash_block_size
-        self._exists = exists
-        self.null_block = _NullBlock()
-        self._present_block = _PresentBlock()
-
-    def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[Any] | None:
-        if self._exists is None:
-            return [self._present_block] * len(group_ids)
-        h = bytes(block_hash)
-        if all((g, h) in self._exists for g in group_ids):
-            return [self._present_block] * len(group_ids)
-        return None
-
-    def contains(self, group_id: int, block_hash: Any) -> bool:
-        return self._exists is not None and (group_id, bytes(block_hash)) in self._exists
-
-
-class _ProbeOnly(AbstractSet):  # type: ignore[type-arg]
-    """A store the engine probes with ``in`` (a collections.abc.Set); it cannot be listed."""
-
-    def __iter__(self) -> Iterator[Any]:
-        raise TypeError(f"{type(self).__name__} can only be probed")
-
-    def __len__(self) -> int:
-        return 0
-
-
-class _AllPresent(_ProbeOnly):
-    """A store holding every key (the pool with ``exists=None``)."""
-
-    def __contains__(self, pair: object) -> bool:
-        return True
-
-
-def _store_of(pool: Any) -> Any:
-    """The engine-facing store of whatever the caller passed as the pool."""
-    if isinstance(pool, (KeySet, set, frozenset)) or type(pool).__name__ in (
-        "BlockIndex",
-        "PlanAnswers",
-    ):
-        return pool
-    if hasattr(pool, "_exists"):  # ours or vLLM's ExternalCachedBlockPool
-        exists = pool._exists
-        return _ALL if exists is None else exists
-    if hasattr(pool, "get_cached_block"):  # any other BlockPool-like object
-        return _PoolAdapter(pool)
-    return pool
-
-
-_ALL = _AllPresent()
-
-
-class _PoolAdapter(_ProbeOnly):
-    """A BlockPool-like object probed one (group, hash) at a time through get_cached_block."""
-
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
-
-    def __contains__(self, pair: tuple[int, bytes]) -> bool:
-        group_id, key = pair
-        return self._pool.get_cached_block(key, [group_id]) is not None
-
-
-def _as_hash_list(block_hashes: Any) -> Any:
-    """vLLM passes a list of BlockHash (bytes subclasses). A flat bytes-like buffer of n*32
-    bytes is viewed as [n, 32] without a copy."""
-    if isinstance(block_hashes, (bytes, bytearray, memoryview)):
-        view = memoryview(block_hashes).cast("B")
-        if len(view) % 32:
-            raise errors.InvalidArgumentError(
-                f"block_hashes has {len(view)} bytes, not a whole number of 32-byte digests"
-            )
-        return view.cast("B", (len(view) // 32, 32))
-    return block_hashes
-
-
-def _translate(exc: errors.PrefixhitError) -> Exception:
-    """The AssertionError-derived class for an engine error where vLLM asserts."""
-    cls = _ASSERTING.get(type(exc))
-    return exc if cls is None else cls(str(exc), exc.kind)
 
 
 class MooncakeStoreCoordinator:
@@ -592,3 +329,9 @@ class MooncakeStoreCoordinator:
             f"semantics={self.semantics!r})"
         )
 
+
+# The public names keep this module as their home (repr, tracebacks, pickling, help()), as
+# before the split into the private modules.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -231,6 +231,38 @@ def test_drop_in_module_needs_no_vllm() -> None:
     assert drop_in.MooncakeStoreCoordinator is MooncakeStoreCoordinator
 
 
+def test_public_names_keep_their_home() -> None:
+    # The errors, spec reading and pools live in private modules; every public name is still
+    # imported (and pickled, and shown in tracebacks) from prefixhit.vllm, with the same bases.
+    import pickle
+
+    errs = prefixhit.errors
+    bases = {
+        "VllmAssertionError": (errs.PrefixhitError, AssertionError),
+        "VllmConfigAssertionError": (errs.InvalidConfigError, AssertionError),
+        "VllmUnalignedLengthAssertionError": (errs.UnalignedLengthError, AssertionError),
+        "VllmEagleChunkedLocalAssertionError": (
+            errs.UnsupportedEagleChunkedLocalError, AssertionError),
+        "VllmAlignmentChunkedLocalAssertionError": (
+            errs.UnsupportedAlignmentChunkedLocalError, AssertionError),
+        "VllmAlignmentSlidingWindowAssertionError": (
+            errs.UnsupportedAlignmentSlidingWindowError, AssertionError),
+    }
+    others = {"ExternalCachedBlockPool", "MooncakeStoreCoordinator", "group_dict_from_vllm"}
+    assert sorted(drop_in.__all__) == sorted(set(bases) | others)
+    for name in drop_in.__all__:
+        obj = getattr(drop_in, name)
+        assert obj.__module__ == "prefixhit.vllm", name
+        assert pickle.loads(pickle.dumps(obj)) is obj, name
+    for name, want in bases.items():
+        assert getattr(drop_in, name).__bases__ == want, name
+    with pytest.raises(drop_in.VllmConfigAssertionError) as info:
+        MooncakeStoreCoordinator(groups(FA(24)), 48, 16)
+    clone = pickle.loads(pickle.dumps(info.value))
+    assert type(clone) is drop_in.VllmConfigAssertionError
+    assert str(clone) == str(info.value)
+
+
 def _reference():
     import sys
 
