@@ -57,12 +57,14 @@ struct LimitTurns {
     constexpr double kReadSeconds = 1e-3;
     independent_reads =
         static_cast<std::uint64_t>(kReadSeconds * 1e9 / std::max(l.independent_ns, 0.1));
-    const double pass_ns = static_cast<double>(keys.size()) * std::max(l.hit_lines_ns, 0.1);
-    hit_line_passes = static_cast<std::size_t>(std::ceil(kReadSeconds * 1e9 / pass_ns));
+    if (!keys.empty()) {  // no keys: no hit-line passes, and no x_hit_lines column
+      const double pass_ns = static_cast<double>(keys.size()) * std::max(l.hit_lines_ns, 0.1);
+      hit_line_passes = static_cast<std::size_t>(std::ceil(kReadSeconds * 1e9 / pass_ns));
+    }
   }
 };
 
-/// The middle value of `v`, and the values at fractions p of the way (v is sorted).
+/// The value a fraction p of the way through v's values in order (0.5: the median).
 double quantile(std::vector<double> v, double p) {
   if (v.empty()) {
     return 0;
