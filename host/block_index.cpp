@@ -343,8 +343,10 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
       continue;  // a bad group id or no hashes: no keys, and the window answers 0
     }
     const std::uint32_t meta = detail::pack_meta(ns_, win.group_id, width_code);
-    const BlockDigest* digest = win.hashes + win.first;
-    for (int k = 0; k < count; ++k, digest += win.step) {
+    for (int k = 0; k < count; ++k) {
+      // Each key's address from its index: stepping a pointer past the last key could leave the
+      // caller's array, which C++ does not allow even unread.
+      const BlockDigest* digest = win.hashes + win.first + static_cast<std::int64_t>(k) * win.step;
       *ref++ = WindowKey{Impl::KeyRef{digest, meta}, static_cast<std::uint32_t>(w),
                          static_cast<std::uint32_t>(k)};
     }
