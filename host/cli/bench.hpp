@@ -1,4 +1,5 @@
-// Workloads and result rows shared by `prefixhit bench` on the CPU and on the GPU.
+// Workloads and result rows shared by `prefixhit bench` on the CPU and on the GPU, and the clocks
+// and percentile that bench and `prefixhit route-bench` time with.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,14 @@
 #include "prefixhit/types.hpp"
 
 namespace prefixhit::cli {
+
+/// CPU time of the calling thread: on a shared machine it leaves out the time the thread waits
+/// for a core, which wall time would charge to the code (or to the memory system).
+double thread_cpu_seconds();
+/// CPU time of the whole process (every thread's).
+double process_cpu_seconds();
+/// The p-th percentile (p in [0, 1]) of `v`, nearest rank; 0 when empty.
+double percentile(std::vector<double> v, double p);
 
 /// A named model shape (SEMANTICS.md terms) and its default prompt length.
 struct Workload {

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,12 +31,6 @@ struct Timing {
   std::vector<double> x_hit_lines;
 };
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 /// The limit's reads in turns with a lookup row's calls. This machine's memory latency moves
 /// by 2x from minute to minute (other tenants share the memory), so a limit measured once, before
 /// the rows, is compared with calls timed under other conditions. Each turn first reads the
@@ -63,15 +56,6 @@ struct LimitTurns {
     }
   }
 };
-
-/// The value a fraction p of the way through v's values in order (0.5: the median).
-double quantile(std::vector<double> v, double p) {
-  if (v.empty()) {
-    return 0;
-  }
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
 
 /// Calls `op` for at least min_seconds after one warm-up call, timing every call: the mean,
 /// median and 99th percentile wall time per call, and the CPU time per call. With `turns`, the
@@ -230,13 +214,13 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     row.keys_per_call = keys;
     row.threads = threads;
     if (!t.pct_of_independent.empty()) {
-      row.pct_of_independent = quantile(t.pct_of_independent, 0.5);
+      row.pct_of_independent = percentile(t.pct_of_independent, 0.5);
       row.limit_turns = static_cast<int>(t.pct_of_independent.size());
     }
     if (!t.x_hit_lines.empty()) {
-      row.x_hit_lines = quantile(t.x_hit_lines, 0.5);
-      row.x_hit_lines_p10 = quantile(t.x_hit_lines, 0.1);
-      row.x_hit_lines_p90 = quantile(t.x_hit_lines, 0.9);
+      row.x_hit_lines = percentile(t.x_hit_lines, 0.5);
+      row.x_hit_lines_p10 = percentile(t.x_hit_lines, 0.1);
+      row.x_hit_lines_p90 = percentile(t.x_hit_lines, 0.9);
     }
     rows.push_back(row);
   };

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -37,14 +36,6 @@ struct Line {
   std::uint64_t pad[7];
 };
 static_assert(sizeof(Line) == 64, "one cache line");
-
-/// CPU time of this thread: on a shared machine it leaves out the time the thread waits for a
-/// core, which wall time would charge to the memory system.
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 /// A 64-bit value scaled onto [0, lines): the high word of value * lines.
 std::uint64_t line_index(std::uint64_t value, std::uint64_t lines) {

@@ -7,12 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <utility>
-
-#include <time.h>  // NOLINT(modernize-deprecated-headers): clock_gettime
 
 #include "host/cli/bench.hpp"
 #include "prefixhit/router_gpu.hpp"
@@ -25,14 +22,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-/// CPU time of the calling thread: on a shared host, the code's own cost without the time other
-/// jobs held the core (wall-clock percentiles there are scheduler slices).
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 ScoreOptions one_thread() {
@@ -328,15 +317,6 @@ std::vector<GpuTableFigures> time_gpu_table(const RouteBenchWorkload& w,
 }
 
 }  // namespace
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) {
-    return 0;
-  }
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(std::lround(p * static_cast<double>(v.size() - 1)));
-  return v[std::min(i, v.size() - 1)];
-}
 
 RouteBenchWorkload::RouteBenchWorkload(const RouteBenchOptions& o)
     : coordinator(make_workload(o.workload, o.max_tokens).config),

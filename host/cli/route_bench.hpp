@@ -40,9 +40,6 @@ struct Latencies {
   std::vector<double> cpu;
 };
 
-/// The p-th percentile (p in [0, 1]) of `v`, nearest rank; 0 when empty.
-double percentile(std::vector<double> v, double p);
-
 /// A batch of requests, each also available as a batch of one.
 struct Requests {
   std::vector<BlockDigest> digests;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host/cli/bench.hpp"
 #include "host/cli/commands.hpp"
 #include "host/cli/route_bench.hpp"
 #include "prefixhit/errors.hpp"
