@@ -106,9 +106,8 @@ Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr) {
   t.us_per_call = elapsed * 1e6 / calls;
   t.calls_per_s = 1e6 / t.us_per_call;
   t.cpu_us = cpu_seconds * 1e6 / calls;
-  std::sort(samples.begin(), samples.end());
-  t.p50_us = samples[samples.size() / 2];
-  t.p99_us = samples[std::min(samples.size() - 1, samples.size() * 99 / 100)];
+  t.p50_us = percentile(samples, 0.5);
+  t.p99_us = percentile(std::move(samples), 0.99);
   return t;
 }
 
