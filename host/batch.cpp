@@ -76,40 +76,44 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
       std::max(detail::choose_threads(r, options.num_threads, 8),
                detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 20));
   // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
+  // With workers, chunks are smaller (about four per thread, at least one request) and claimed
+  // one at a time, so a worker that starts late takes only what is left (parallel_claim).
   constexpr std::size_t kChunk = 64;
-  const auto run_range = [&](std::size_t begin, std::size_t end) {
+  const int workers = std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1)));
+  const std::size_t chunk =
+      workers <= 1 ? kChunk
+                   : std::clamp<std::size_t>(r / (4 * static_cast<std::size_t>(workers)), 1, kChunk);
+  const auto run_chunk = [&](std::size_t c) {
     GroupHit spec_hits[kChunk][kMaxGroups];
     detail::PlannedLookup lookups[kChunk];
     std::int64_t bad_digests[kChunk];
-    for (std::size_t start = begin; start < end; start += kChunk) {
-      const std::size_t count = std::min(kChunk, end - start);
-      for (std::size_t c = 0; c < count; ++c) {
-        const std::size_t i = start + c;
-        const std::int64_t off = batch.offsets[i];
-        lookups[c] = detail::PlannedLookup{batch.digests.data() + off,
-                                           batch.offsets[i + 1] - off,
-                                           batch.max_lengths[i],
-                                           batch.apply_eagle.empty() || batch.apply_eagle[i] != 0,
-                                           spec_hits[c],
-                                           &out.hit_lengths[i],
-                                           &errors[i],
-                                           &bad_digests[c]};
-        bad_digests[c] = -1;
-      }
-      detail::run_planned_lookups(plan_, store, lookups, count);
-      for (std::size_t c = 0; c < count; ++c) {
-        const std::size_t i = start + c;
-        for (std::size_t gid = 0; gid < g; ++gid) {
-          const GroupHit& hit = spec_hits[c][plan_.spec_group_of[gid]];
-          out.num_blocks[i * g + gid] = hit.num_blocks;
-          out.num_placeholders[i * g + gid] = hit.num_placeholders;
-        }
+    const std::size_t start = c * chunk;
+    const std::size_t count = std::min(chunk, r - start);
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t i = start + k;
+      const std::int64_t off = batch.offsets[i];
+      lookups[k] = detail::PlannedLookup{batch.digests.data() + off,
+                                         batch.offsets[i + 1] - off,
+                                         batch.max_lengths[i],
+                                         batch.apply_eagle.empty() || batch.apply_eagle[i] != 0,
+                                         spec_hits[k],
+                                         &out.hit_lengths[i],
+                                         &errors[i],
+                                         &bad_digests[k]};
+      bad_digests[k] = -1;
+    }
+    detail::run_planned_lookups(plan_, store, lookups, count);
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t i = start + k;
+      for (std::size_t gid = 0; gid < g; ++gid) {
+        const GroupHit& hit = spec_hits[k][plan_.spec_group_of[gid]];
+        out.num_blocks[i * g + gid] = hit.num_blocks;
+        out.num_placeholders[i * g + gid] = hit.num_placeholders;
       }
     }
   };
-  detail::parallel_for(
-      r, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1))),
-      run_range);  // a throwing probe (PlanAnswers of another request) is rethrown here
+  // A throwing probe (PlanAnswers of another request) is rethrown here.
+  detail::parallel_claim((r + chunk - 1) / chunk, workers, run_chunk);
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {

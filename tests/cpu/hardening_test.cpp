@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <string>
 #include <system_error>
@@ -194,6 +195,72 @@ TEST(Hardening, ParallelForRethrowsAWorkersExceptionAfterJoiningAll) {
                                     }),
                InvalidArgument);
   EXPECT_EQ(ranges.load(), 4);
+}
+
+TEST(Hardening, ParallelClaimRunsEveryItemOnceWhenThreadsCannotStart) {
+  for (int allowed_threads : {0, 1, 3}) {
+    std::vector<std::atomic<int>> seen(1000);
+    int allowed = allowed_threads;
+    detail::parallel_claim(
+        seen.size(), 8, [&](std::size_t i) { ++seen[i]; }, FailingStarter{&allowed});
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      ASSERT_EQ(seen[i].load(), 1) << "item " << i << " with " << allowed_threads << " threads";
+    }
+  }
+}
+
+/// Starts each worker behind a gate that the body opens, so the worker is as late as it can be.
+struct GatedStarter {
+  std::promise<void>* gate;
+  template <class Work>
+  std::thread operator()(Work&& work) const {
+    return std::thread([f = gate->get_future().share(), w = std::forward<Work>(work)]() mutable {
+      f.wait();
+      w();
+    });
+  }
+};
+
+TEST(Hardening, ParallelClaimLeavesALateWorkerOnlyWhatIsLeft) {
+  // The worker may start only once the last item is claimed; under a static split it would
+  // still own half the items, and the caller would wait for it.
+  const std::size_t n = 64;
+  std::promise<void> gate;
+  std::vector<std::thread::id> ran_on(n);
+  detail::parallel_claim(
+      n, 2,
+      [&](std::size_t i) {
+        ran_on[i] = std::this_thread::get_id();
+        if (i == n - 1) {
+          gate.set_value();
+        }
+      },
+      GatedStarter{&gate});
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ran_on[i], std::this_thread::get_id()) << "item " << i;
+  }
+}
+
+TEST(Hardening, ParallelClaimRethrowsAndStopsClaiming) {
+  const auto failing_body = [](std::atomic<int>& ran) {
+    return [&ran](std::size_t i) {
+      ++ran;
+      if (i == 10) {
+        throw InvalidArgument("item failed");
+      }
+    };
+  };
+  std::atomic<int> ran{0};
+  EXPECT_THROW(detail::parallel_claim(100000, 4, failing_body(ran)), InvalidArgument);
+  EXPECT_GE(ran.load(), 11);
+  // With no thread started every part runs on the caller, one after another: the parts after
+  // the failing one claim nothing.
+  std::atomic<int> ran_alone{0};
+  int allowed = 0;
+  EXPECT_THROW(
+      detail::parallel_claim(100000, 4, failing_body(ran_alone), FailingStarter{&allowed}),
+      InvalidArgument);
+  EXPECT_EQ(ran_alone.load(), 11);
 }
 
 // ---- item 4: sizes and factors that used to hang ------------------------------------------------
