@@ -81,8 +81,9 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   constexpr std::size_t kChunk = 64;
   const int workers = std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1)));
   const std::size_t chunk =
-      workers <= 1 ? kChunk
-                   : std::clamp<std::size_t>(r / (4 * static_cast<std::size_t>(workers)), 1, kChunk);
+      workers <= 1
+          ? kChunk
+          : std::clamp<std::size_t>(r / (4 * static_cast<std::size_t>(workers)), 1, kChunk);
   const auto run_chunk = [&](std::size_t c) {
     GroupHit spec_hits[kChunk][kMaxGroups];
     detail::PlannedLookup lookups[kChunk];

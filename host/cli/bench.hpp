@@ -73,6 +73,9 @@ struct BenchRow {
   std::optional<double> x_hit_lines;
   std::optional<double> x_hit_lines_p10;
   std::optional<double> x_hit_lines_p90;
+  /// The physical floor per request: its keys at one independent read each (the median
+  /// turn's rate), what even an index that moved one line per key would cost.
+  std::optional<double> one_line_floor_us;
   int limit_turns = 0;
 };
 

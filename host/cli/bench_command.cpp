@@ -55,6 +55,9 @@ void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::
       (*line)["x_hit_lines_p10"] = *row.x_hit_lines_p10;
       (*line)["x_hit_lines_p90"] = *row.x_hit_lines_p90;
     }
+    if (row.one_line_floor_us) {
+      (*line)["one_line_floor_us_per_request"] = *row.one_line_floor_us;
+    }
   }
   if (text != nullptr) {
     char buf[200];
@@ -64,6 +67,11 @@ void add_limit_columns(const BenchRow& row, const MemoryLimit& limit, nlohmann::
     if (row.x_hit_lines) {
       std::snprintf(buf, sizeof(buf), "  %4.2fx its hit lines (%4.2f-%4.2f, %d turns)",
                     *row.x_hit_lines, *row.x_hit_lines_p10, *row.x_hit_lines_p90, row.limit_turns);
+      *text += buf;
+    }
+    if (row.one_line_floor_us) {
+      std::snprintf(buf, sizeof(buf), "  floor %.2f us/req at one line per key",
+                    *row.one_line_floor_us);
       *text += buf;
     }
   }
@@ -207,7 +215,8 @@ void add_bench_command(CLI::App& app) {
                 "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
                 "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
                 "keys_per_dram_latency, limit_turns, pct_of_independent_reads, x_hit_lines, "
-                "x_hit_lines_p10, x_hit_lines_p90], after one memory_limit line (store size, "
+                "x_hit_lines_p10, x_hit_lines_p90, one_line_floor_us_per_request], after one "
+                "memory_limit line (store size, "
                 "dependent and independent random-read ns, the independent reads on two threads at "
                 "once, a hit's lines read independently per key). Lookup rows are timed in turns "
                 "with the limit's reads; their ratios are medians over the turns");

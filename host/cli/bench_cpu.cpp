@@ -29,6 +29,7 @@ struct Timing {
   /// and their time over the turn's hit lines.
   std::vector<double> pct_of_independent;
   std::vector<double> x_hit_lines;
+  std::vector<double> independent_ns;  ///< per turn: ns per independent read
 };
 
 /// The limit's reads in turns with a lookup row's calls. This machine's memory latency moves
@@ -97,6 +98,7 @@ Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr) {
           turn_cpu * 1e9 /
           (static_cast<double>(samples.size() - calls_before) * turns->keys_per_call);
       t.pct_of_independent.push_back(100.0 * independent_ns / ns_per_key);
+      t.independent_ns.push_back(independent_ns);
       if (hit_lines_ns > 0) {
         t.x_hit_lines.push_back(ns_per_key / hit_lines_ns);
       }
@@ -215,6 +217,10 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     if (!t.pct_of_independent.empty()) {
       row.pct_of_independent = percentile(t.pct_of_independent, 0.5);
       row.limit_turns = static_cast<int>(t.pct_of_independent.size());
+    }
+    if (keys && !t.independent_ns.empty() && per_call > 0) {
+      row.one_line_floor_us =
+          *keys * percentile(t.independent_ns, 0.5) * 1e-3 / static_cast<double>(per_call);
     }
     if (!t.x_hit_lines.empty()) {
       row.x_hit_lines = percentile(t.x_hit_lines, 0.5);

@@ -257,9 +257,8 @@ TEST(Hardening, ParallelClaimRethrowsAndStopsClaiming) {
   // the failing one claim nothing.
   std::atomic<int> ran_alone{0};
   int allowed = 0;
-  EXPECT_THROW(
-      detail::parallel_claim(100000, 4, failing_body(ran_alone), FailingStarter{&allowed}),
-      InvalidArgument);
+  EXPECT_THROW(detail::parallel_claim(100000, 4, failing_body(ran_alone), FailingStarter{&allowed}),
+               InvalidArgument);
   EXPECT_EQ(ran_alone.load(), 11);
 }
 
