@@ -189,20 +189,19 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   EXPECT_LE(number_after("x_hit_lines_p10", line_start), x);
   EXPECT_GE(number_after("x_hit_lines_p90", line_start), x);
   EXPECT_GT(number_after("pct_of_independent_reads", line_start), 0.0);
-  // The floor is the row's keys at the independent-read rate: per request, so a batch of two
-  // requests states about one request's keys, not both.
-  const double floor_single = number_after("one_line_floor_us_per_request", line_start);
-  EXPECT_GT(floor_single, 0.0);
+  // The floor is the row's keys per request at the turn's independent-read rate. With one turn
+  // (--min-time below one turn), pct = independent ns / CPU ns per key, so the floor times the
+  // requests per call is pct / 100 of the call's CPU time, exactly: a batch row (2 requests)
+  // that skipped the per-request division would state twice that.
   const std::size_t batch_row = o.output.find("\"op\":\"batch_lookup_full_store\"");
   ASSERT_NE(batch_row, std::string::npos) << o.output;
-  const std::size_t batch_start = o.output.rfind('{', batch_row);
-  const double batch_keys = number_after("keys_per_call", batch_start);
-  const double single_keys = number_after("keys_per_call", line_start);
-  const double floor_batch = number_after("one_line_floor_us_per_request", batch_start);
-  EXPECT_GT(floor_batch, 0.0);
-  // Per key, both floors are one independent read (their turns' medians, which may differ).
-  EXPECT_LT(floor_batch / (batch_keys / 2), 20 * floor_single / single_keys);
-  EXPECT_GT(floor_batch / (batch_keys / 2), floor_single / single_keys / 20);
+  for (const std::size_t at_row : {line_start, o.output.rfind('{', batch_row)}) {
+    const double floor_us = number_after("one_line_floor_us_per_request", at_row);
+    EXPECT_GT(floor_us, 0.0);
+    const double expected = number_after("pct_of_independent_reads", at_row) / 100 *
+                            number_after("cpu_us", at_row) / number_after("requests", at_row);
+    EXPECT_NEAR(floor_us, expected, 1e-6 * expected) << o.output;
+  }
 }
 
 TEST_F(CliHostile, AFileSizeLimitIsAnIoErrorNotSigxfsz) {
