@@ -2,27 +2,11 @@
 #include <cstring>
 #include <string>
 
+#include "host/hex.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/types.hpp"
 
 namespace prefixhit {
-
-namespace {
-
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
-
-}  // namespace
 
 BlockDigest BlockDigest::from_hex(std::string_view hex) {
   if (hex.size() % 2 != 0 || !valid_size(hex.size() / 2)) {
@@ -30,14 +14,10 @@ BlockDigest BlockDigest::from_hex(std::string_view hex) {
                           std::to_string(hex.size()) + " characters");
   }
   BlockDigest digest;
-  for (std::size_t i = 0; i < hex.size() / 2; ++i) {
-    const int hi = hex_value(hex[2 * i]);
-    const int lo = hex_value(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      throw InvalidArgument("block digest has a non-hex character at position " +
-                            std::to_string(hi < 0 ? 2 * i : 2 * i + 1));
-    }
-    digest.bytes[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+  const std::size_t bad = detail::decode_hex(hex, digest.bytes.data());
+  if (bad != std::string_view::npos) {
+    throw InvalidArgument("block digest has a non-hex character at position " +
+                          std::to_string(bad));
   }
   return digest;
 }
@@ -74,12 +54,11 @@ std::string BlockDigest::to_hex() const {
 }
 
 std::string BlockDigest::to_hex(std::size_t digest_size) const {
-  static constexpr char kDigits[] = "0123456789abcdef";
   const std::size_t n = digest_size < kSize ? digest_size : kSize;
   std::string out(2 * n, '0');
   for (std::size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[bytes[i] >> 4];
-    out[2 * i + 1] = kDigits[bytes[i] & 15];
+    out[2 * i] = detail::kHexDigits[bytes[i] >> 4];
+    out[2 * i + 1] = detail::kHexDigits[bytes[i] & 15];
   }
   return out;
 }

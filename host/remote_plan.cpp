@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "host/hex.hpp"
 #include "host/nvtx.hpp"
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/errors.hpp"
@@ -139,7 +140,6 @@ void RemoteLookup::Impl::build_keys() {
     count += prefixes[static_cast<std::size_t>(cand_group[static_cast<std::size_t>(c)])].size();
   }
   pending.reserve(count);
-  static constexpr char kHex[] = "0123456789abcdef";
   for (std::int32_t c : round_cands) {
     const BlockDigest& d = cand_digest[static_cast<std::size_t>(c)];
     for (const std::string& prefix :
@@ -148,8 +148,8 @@ void RemoteLookup::Impl::build_keys() {
       std::memcpy(key.data(), prefix.data(), prefix.size());
       char* out = key.data() + prefix.size();
       for (std::uint8_t byte : d.bytes) {
-        *out++ = kHex[byte >> 4];
-        *out++ = kHex[byte & 15];
+        *out++ = detail::kHexDigits[byte >> 4];
+        *out++ = detail::kHexDigits[byte & 15];
       }
       pending.push_back(std::move(key));
     }

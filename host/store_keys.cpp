@@ -5,6 +5,7 @@
 #include <charconv>
 #include <string>
 
+#include "host/hex.hpp"
 #include "prefixhit/errors.hpp"
 
 namespace prefixhit {
@@ -24,21 +25,6 @@ void require_layout(const ParallelLayout& layout) {
   require_size(layout.dcp_size, "dcp_size");
   require_size(layout.pp_size, "pp_size");
   require_size(layout.num_kv_heads, "num_kv_heads");
-}
-
-constexpr char kHex[] = "0123456789abcdef";
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
 }
 
 /// Reads a non-negative decimal int that fills `text`; false otherwise.
@@ -77,14 +63,9 @@ bool parse(std::string_view key, StoreKey& out, std::string& why) {
     return false;
   }
   out.digest.resize(hex.size() / 2);
-  for (std::size_t i = 0; i < out.digest.size(); ++i) {
-    const int hi = hex_value(hex[2 * i]);
-    const int lo = hex_value(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      why = "digest field '" + std::string(hex) + "' has a non-hex character";
-      return false;
-    }
-    out.digest[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+  if (detail::decode_hex(hex, out.digest.data()) != std::string_view::npos) {
+    why = "digest field '" + std::string(hex) + "' has a non-hex character";
+    return false;
   }
   std::size_t i = parts.size() - 2;  // the field before the digest
   out.has_group = parts[i].substr(0, 6) == "group:";
@@ -179,12 +160,7 @@ std::string store_key_prefix(const StoreKeyFormat& format, const RankNamespace& 
 }
 
 std::string digest_hex(const BlockDigest& digest) {
-  std::string out(2 * digest.bytes.size(), '0');
-  for (std::size_t i = 0; i < digest.bytes.size(); ++i) {
-    out[2 * i] = kHex[digest.bytes[i] >> 4];
-    out[2 * i + 1] = kHex[digest.bytes[i] & 15];
-  }
-  return out;
+  return digest.to_hex();
 }
 
 std::string store_key(const StoreKeyFormat& format, const RankNamespace& ns, int group_id,
