@@ -82,8 +82,12 @@ struct BenchRow {
 /// The memory system's limit over a buffer the size of the index, measured in the same run.
 struct MemoryLimit {
   std::uint64_t bytes = 0;
-  double dependent_ns = 0;    ///< per random 64-byte read that waits on the previous one
-  double independent_ns = 0;  ///< per random 64-byte read with no dependence between reads
+  double dependent_ns = 0;  ///< per random 64-byte read that waits on the previous one
+  /// Per random 64-byte read with no dependence between reads: the faster of plain loads and
+  /// loads prefetched ahead (the two below).
+  double independent_ns = 0;
+  double independent_loads_ns = 0;
+  double independent_prefetched_ns = 0;
   /// The same on two threads at once: each thread's CPU ns per read (0: no second thread).
   double independent_2t_ns = 0;
   /// The share of the wall time the two threads had a core (their CPU time over twice the wall
@@ -92,8 +96,11 @@ struct MemoryLimit {
   /// A hit's own lines read independently, per key: the caller's digest where it lies (the
   /// probed keys of one pass of lookups, in order) and a header and a digest line of the buffer
   /// that the digest picks, as the index's hash does. What this layout's lookup would cost if
-  /// it did nothing but move its lines (0: not measured).
+  /// it did nothing but move its lines (0: not measured). The faster of plain loads and loads
+  /// prefetched ahead (the two below).
   double hit_lines_ns = 0;
+  double hit_lines_loads_ns = 0;
+  double hit_lines_prefetched_ns = 0;
   std::uint64_t checksum = 0;
   /// Reads one core keeps in flight: DRAM latency over the independent-read time.
   double in_flight() const { return independent_ns > 0 ? dependent_ns / independent_ns : 0; }
@@ -117,9 +124,11 @@ class LimitBuffer {
   /// The whole limit at once: dependent reads, independent reads on one and two threads, and,
   /// where `probed` (the caller digests a pass of lookups probed) is not empty, a hit's lines.
   MemoryLimit measure(const std::vector<const BlockDigest*>& probed);
-  /// Thread CPU ns per read of about `reads` independent random reads.
+  /// Thread CPU ns per read of about `reads` independent random reads, half of them issued as
+  /// plain loads and half prefetched ahead: the faster half's.
   double independent_ns(std::uint64_t reads);
-  /// Thread CPU ns per key of `passes` passes of a hit's lines over `probed` (0 if empty).
+  /// Thread CPU ns per key of about `passes` passes of a hit's lines over `probed` (0 if empty),
+  /// half issued each way: the faster half's.
   double hit_lines_ns(const std::vector<const BlockDigest*>& probed, std::size_t passes);
   std::uint64_t bytes() const;
   /// What the reads read, so that no read can be optimised away.

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -181,6 +182,18 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
     return pos == std::string::npos ? -1.0
                                     : std::strtod(o.output.c_str() + pos + key.size() + 3, nullptr);
   };
+  // The limit is the faster of the two ways of issuing independent reads, and both are given.
+  const std::size_t limit_line = o.output.find("\"op\":\"memory_limit\"");
+  ASSERT_NE(limit_line, std::string::npos) << o.output;
+  const std::size_t limit_start = o.output.rfind('{', limit_line);
+  for (const std::string& base : {std::string("independent_read_ns"),
+                                  std::string("hit_lines_ns_per_key")}) {
+    const double loads = number_after(base + "_loads", limit_start);
+    const double prefetched = number_after(base + "_prefetched", limit_start);
+    EXPECT_GT(loads, 0.0) << base;
+    EXPECT_GT(prefetched, 0.0) << base;
+    EXPECT_EQ(number_after(base, limit_start), std::min(loads, prefetched)) << o.output;
+  }
   const std::size_t row = o.output.find("\"op\":\"lookup_full_store\"");
   const std::size_t line_start = o.output.rfind('{', row);
   EXPECT_GE(number_after("limit_turns", line_start), 1.0);
