@@ -80,14 +80,29 @@ struct BenchRow {
 };
 
 /// The memory system's limit over a buffer the size of the index, measured in the same run.
+/// How the limit's independent reads are issued: plain loads, or each line prefetched ahead of
+/// its load into L1 or into L2.
+enum class Issue { loads, prefetched_l1, prefetched_l2 };
+inline constexpr int kIssues = 3;
+inline constexpr Issue kEveryIssue[kIssues] = {Issue::loads, Issue::prefetched_l1,
+                                               Issue::prefetched_l2};
+const char* issue_name(Issue issue);
+
+/// ns per read (or per key) for each way of issuing the reads.
+struct ReadWays {
+  double ns[kIssues] = {0, 0, 0};
+  double at(Issue issue) const { return ns[static_cast<int>(issue)]; }
+  Issue fastest_issue() const;
+  double fastest() const { return at(fastest_issue()); }
+};
+
 struct MemoryLimit {
   std::uint64_t bytes = 0;
   double dependent_ns = 0;  ///< per random 64-byte read that waits on the previous one
-  /// Per random 64-byte read with no dependence between reads: the faster of plain loads and
-  /// loads prefetched ahead (the two below).
+  /// Per random 64-byte read with no dependence between reads: the fastest way of issuing them
+  /// (`independent`).
   double independent_ns = 0;
-  double independent_loads_ns = 0;
-  double independent_prefetched_ns = 0;
+  ReadWays independent;
   /// The same on two threads at once: each thread's CPU ns per read (0: no second thread).
   double independent_2t_ns = 0;
   /// The share of the wall time the two threads had a core (their CPU time over twice the wall
@@ -96,11 +111,9 @@ struct MemoryLimit {
   /// A hit's own lines read independently, per key: the caller's digest where it lies (the
   /// probed keys of one pass of lookups, in order) and a header and a digest line of the buffer
   /// that the digest picks, as the index's hash does. What this layout's lookup would cost if
-  /// it did nothing but move its lines (0: not measured). The faster of plain loads and loads
-  /// prefetched ahead (the two below).
+  /// it did nothing but move its lines (0: not measured). The fastest way (`hit_lines`).
   double hit_lines_ns = 0;
-  double hit_lines_loads_ns = 0;
-  double hit_lines_prefetched_ns = 0;
+  ReadWays hit_lines;
   std::uint64_t checksum = 0;
   /// Reads one core keeps in flight: DRAM latency over the independent-read time.
   double in_flight() const { return independent_ns > 0 ? dependent_ns / independent_ns : 0; }
@@ -124,11 +137,11 @@ class LimitBuffer {
   /// The whole limit at once: dependent reads, independent reads on one and two threads, and,
   /// where `probed` (the caller digests a pass of lookups probed) is not empty, a hit's lines.
   MemoryLimit measure(const std::vector<const BlockDigest*>& probed);
-  /// Thread CPU ns per read of about `reads` independent random reads, half of them issued as
-  /// plain loads and half prefetched ahead: the faster half's.
+  /// Thread CPU ns per read of about `reads` independent random reads, a third issued each way
+  /// (Issue): the fastest third's.
   double independent_ns(std::uint64_t reads);
   /// Thread CPU ns per key of about `passes` passes of a hit's lines over `probed` (0 if empty),
-  /// half issued each way: the faster half's.
+  /// a third issued each way: the fastest third's.
   double hit_lines_ns(const std::vector<const BlockDigest*>& probed, std::size_t passes);
   std::uint64_t bytes() const;
   /// What the reads read, so that no read can be optimised away.

@@ -91,15 +91,15 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"buffer_bytes", l.bytes},
                            {"dependent_read_ns", l.dependent_ns},
                            {"independent_read_ns", l.independent_ns},
-                           {"independent_read_ns_loads", l.independent_loads_ns},
-                           {"independent_read_ns_prefetched", l.independent_prefetched_ns},
                            {"reads_in_flight", l.in_flight()},
                            {"independent_read_ns_2threads", l.independent_2t_ns},
                            {"two_thread_read_scaling", l.two_thread_scaling()},
                            {"two_thread_core_share", l.two_thread_overlap},
-                           {"hit_lines_ns_per_key", l.hit_lines_ns},
-                           {"hit_lines_ns_per_key_loads", l.hit_lines_loads_ns},
-                           {"hit_lines_ns_per_key_prefetched", l.hit_lines_prefetched_ns}};
+                           {"hit_lines_ns_per_key", l.hit_lines_ns}};
+    for (const Issue issue : kEveryIssue) {  // each way of issuing the reads
+      line[std::string("independent_read_ns_") + issue_name(issue)] = l.independent.at(issue);
+      line[std::string("hit_lines_ns_per_key_") + issue_name(issue)] = l.hit_lines.at(issue);
+    }
     std::cout << line.dump() << "\n";
     return;
   }
@@ -107,19 +107,21 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
       "%lld stored requests, whose hashes lie on %s pages\n"
       "# memory limit over a %.1f MiB buffer (thread CPU time): dependent random read %.1f ns, "
-      "independent %.2f ns (%.1f reads in flight; the faster of plain loads, %.2f ns, and loads "
-      "prefetched ahead, %.2f ns); two threads at once: %.2f ns per read per thread, %.2fx one "
-      "thread's read rate (they had a core %.0f%% of the time: the ratio holds only near "
-      "100%%); a hit's lines (the caller's digest where it lies, a header and a digest line) "
-      "read independently for the keys of a pass of full-store lookups: %.2f ns per key (plain "
-      "loads %.2f, prefetched %.2f)\n",
+      "independent %.2f ns (%.1f reads in flight; the fastest of plain loads, %.2f ns, loads "
+      "prefetched ahead into L1, %.2f ns, and into L2, %.2f ns); two threads at once: %.2f ns "
+      "per read per thread, %.2fx one thread's read rate (they had a core %.0f%% of the time: "
+      "the ratio holds only near 100%%); a hit's lines (the caller's digest where it lies, a "
+      "header and a digest line) read independently for the keys of a pass of full-store "
+      "lookups: %.2f ns per key (the same three ways: %.2f, %.2f, %.2f)\n",
       workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
       static_cast<unsigned long long>(c.store_slots),
       static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
       c.huge_page_hashes ? "2 MiB" : "4 KiB", static_cast<double>(l.bytes) / (1 << 20),
-      l.dependent_ns, l.independent_ns, l.in_flight(), l.independent_loads_ns,
-      l.independent_prefetched_ns, l.independent_2t_ns, l.two_thread_scaling(),
-      100 * l.two_thread_overlap, l.hit_lines_ns, l.hit_lines_loads_ns, l.hit_lines_prefetched_ns);
+      l.dependent_ns, l.independent_ns, l.in_flight(), l.independent.at(Issue::loads),
+      l.independent.at(Issue::prefetched_l1), l.independent.at(Issue::prefetched_l2),
+      l.independent_2t_ns, l.two_thread_scaling(), 100 * l.two_thread_overlap, l.hit_lines_ns,
+      l.hit_lines.at(Issue::loads), l.hit_lines.at(Issue::prefetched_l1),
+      l.hit_lines.at(Issue::prefetched_l2));
 }
 
 void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
@@ -224,9 +226,10 @@ void add_bench_command(CLI::App& app) {
                 "x_hit_lines_p10, x_hit_lines_p90, one_line_floor_us_per_request], after one "
                 "memory_limit line (store size, "
                 "dependent and independent random-read ns, the independent reads on two threads at "
-                "once, a hit's lines read independently per key; independent reads are the faster "
-                "of plain loads and loads prefetched ahead, both given). Lookup rows are timed in "
-                "turns with the limit's reads; their ratios are medians over the turns");
+                "once, a hit's lines read independently per key; independent reads are the fastest "
+                "of plain loads and loads prefetched ahead into L1 or L2, each given). Lookup rows "
+                "are timed in turns with the limit's reads; their ratios are medians over the "
+                "turns");
   cmd->callback([options] {
     std::vector<std::string> names = options->workloads;
     if (names.empty()) {

@@ -2,9 +2,10 @@
 // the index's size, one after another (each address read from the previous line: DRAM latency)
 // and independent of each other (what one core's misses in flight allow), and the lines a hit
 // of the index's layout moves, read independently for the keys a pass of lookups probed.
-// Independent reads are issued two ways, plain loads and loads prefetched ahead, and the limit
-// is the faster: on this machine class the prefetched loads keep 1.2-1.4x more misses in flight
-// (the lookups prefetch too), so plain loads alone would state a limit the core can beat.
+// Independent reads are issued three ways (plain loads; loads prefetched ahead into L1; loads
+// prefetched ahead into L2) and the limit is the fastest: on this machine class prefetching
+// into L1 keeps 1.2-1.4x more misses in flight than plain loads, and into L2 (whose miss slots
+// outnumber L1's) 1.6-1.9x more, so plain loads alone would state a limit the core can beat.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,10 +48,15 @@ std::uint64_t line_index(std::uint64_t value, std::uint64_t lines) {
 }
 
 /// How independent reads are issued: plain loads (as many in flight as the out-of-order window
-/// keeps), or each line prefetched kReadAhead reads before its load (the miss buffers fill
-/// without waiting on the window, as the lookups' pipelines do).
-enum class Issue { loads, prefetched };
+/// keeps), or each line prefetched kReadAhead reads before its load, into L1 or into L2 (the
+/// miss slots fill without waiting on the window).
 constexpr std::uint64_t kReadAhead = 32;
+
+template <Issue issue>
+void prefetch_line(const void* p) {
+  static_assert(issue != Issue::loads, "plain loads prefetch nothing");
+  __builtin_prefetch(p, 0, issue == Issue::prefetched_l1 ? 3 : 1);  // 1: prefetcht2, into L2
+}
 
 std::uint64_t next_state(std::uint64_t state) {
   return state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -58,12 +64,13 @@ std::uint64_t next_state(std::uint64_t state) {
 
 /// `reads` random reads over `lines` lines whose addresses come from a generator that never
 /// waits on memory. Returns the thread CPU ns per read; adds what it read to `sum`.
+template <Issue issue>
 double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t seed,
-                         std::uint64_t reads, Issue issue, std::uint64_t& sum) {
+                         std::uint64_t reads, std::uint64_t& sum) {
   std::uint64_t state = seed | 1U;
   std::uint64_t local = 0;
   const double start = thread_cpu_seconds();
-  if (issue == Issue::loads) {
+  if constexpr (issue == Issue::loads) {
     for (std::uint64_t i = 0; i < reads; i += 4) {
       std::uint64_t idx[4];
       for (std::uint64_t& x : idx) {
@@ -78,11 +85,11 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
     std::uint64_t ahead = state;
     for (std::uint64_t i = 0; i < kReadAhead; ++i) {
       ahead = next_state(ahead);
-      __builtin_prefetch(line + line_index(ahead, lines));
+      prefetch_line<issue>(line + line_index(ahead, lines));
     }
     for (std::uint64_t i = 0; i < reads; ++i) {
       ahead = next_state(ahead);
-      __builtin_prefetch(line + line_index(ahead, lines));
+      prefetch_line<issue>(line + line_index(ahead, lines));
       state = next_state(state);
       local += line[line_index(state, lines)].pad[0];
     }
@@ -92,6 +99,19 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
   return ns;
 }
 
+double independent_reads(Issue issue, const Line* line, std::uint64_t lines, std::uint64_t seed,
+                         std::uint64_t reads, std::uint64_t& sum) {
+  switch (issue) {
+    case Issue::loads:
+      return independent_reads<Issue::loads>(line, lines, seed, reads, sum);
+    case Issue::prefetched_l1:
+      return independent_reads<Issue::prefetched_l1>(line, lines, seed, reads, sum);
+    case Issue::prefetched_l2:
+      break;
+  }
+  return independent_reads<Issue::prefetched_l2>(line, lines, seed, reads, sum);
+}
+
 /// Independent reads of a hit's lines for every probed key: its caller digest (at its own
 /// address, so its page walks count too; both lines when it straddles two) and two lines of the
 /// buffer (header, digest) that its digest picks, as the index's hash does: a key reads the same
@@ -99,9 +119,10 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
 /// over the keys in order; returns the thread CPU ns per key and adds what it read to `sum`.
 /// Prefetched: a key's digest is prefetched 2 x kReadAhead keys before its read and its buffer
 /// lines kReadAhead keys before (their addresses need the digest).
+template <Issue issue>
 double hit_line_reads(const Line* line, std::uint64_t lines,
                       const std::vector<const BlockDigest*>& probed, std::size_t passes,
-                      Issue issue, std::uint64_t& sum) {
+                      std::uint64_t& sum) {
   const std::size_t n = probed.size();
   const auto lines_of = [&](const BlockDigest* key, std::uint64_t* at) {
     std::uint64_t w[2];
@@ -109,15 +130,11 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
     at[0] = line_index(w[0], lines);
     at[1] = line_index(w[1], lines);
   };
-  const auto prefetch_digest = [&](const BlockDigest* key) {
-    __builtin_prefetch(key->bytes.data());
-    __builtin_prefetch(key->bytes.data() + BlockDigest::kSize - 1);
-  };
   std::uint64_t local = 0;
   // Passes over the keys in lookup order, as the bench cycles through its requests.
   const double start = thread_cpu_seconds();
   const std::size_t total = passes * n;
-  if (issue == Issue::loads) {
+  if constexpr (issue == Issue::loads) {
     for (std::size_t i = 0; i < total; ++i) {
       const BlockDigest* key = probed[i % n];
       std::uint64_t at[2];
@@ -125,32 +142,51 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
       local += key->bytes[31] + line[at[0]].pad[0] + line[at[1]].pad[0];
     }
   } else {
+    const auto prefetch_digest = [](const BlockDigest* key) {
+      prefetch_line<issue>(key->bytes.data());
+      prefetch_line<issue>(key->bytes.data() + BlockDigest::kSize - 1);
+    };
+    const auto prefetch_lines = [&](const std::uint64_t* at) {
+      prefetch_line<issue>(line + at[0]);
+      prefetch_line<issue>(line + at[1]);
+    };
     std::uint64_t ring[kReadAhead][2];  // the buffer lines of the keys kReadAhead ahead
     for (std::size_t i = 0; i < std::min<std::size_t>(2 * kReadAhead, total); ++i) {
       prefetch_digest(probed[i % n]);
     }
     for (std::size_t i = 0; i < std::min<std::size_t>(kReadAhead, total); ++i) {
       lines_of(probed[i % n], ring[i % kReadAhead]);
-      __builtin_prefetch(line + ring[i % kReadAhead][0]);
-      __builtin_prefetch(line + ring[i % kReadAhead][1]);
+      prefetch_lines(ring[i % kReadAhead]);
     }
     for (std::size_t i = 0; i < total; ++i) {
-      const std::uint64_t* at = ring[i % kReadAhead];
+      std::uint64_t* at = ring[i % kReadAhead];
       local += probed[i % n]->bytes[31] + line[at[0]].pad[0] + line[at[1]].pad[0];
       if (i + 2 * kReadAhead < total) {
         prefetch_digest(probed[(i + 2 * kReadAhead) % n]);
       }
       if (i + kReadAhead < total) {  // the slot just read now holds key i + kReadAhead
-        std::uint64_t* next = ring[i % kReadAhead];
-        lines_of(probed[(i + kReadAhead) % n], next);
-        __builtin_prefetch(line + next[0]);
-        __builtin_prefetch(line + next[1]);
+        lines_of(probed[(i + kReadAhead) % n], at);
+        prefetch_lines(at);
       }
     }
   }
   const double ns = (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(total);
   sum += local;
   return ns;
+}
+
+double hit_line_reads(Issue issue, const Line* line, std::uint64_t lines,
+                      const std::vector<const BlockDigest*>& probed, std::size_t passes,
+                      std::uint64_t& sum) {
+  switch (issue) {
+    case Issue::loads:
+      return hit_line_reads<Issue::loads>(line, lines, probed, passes, sum);
+    case Issue::prefetched_l1:
+      return hit_line_reads<Issue::prefetched_l1>(line, lines, probed, passes, sum);
+    case Issue::prefetched_l2:
+      break;
+  }
+  return hit_line_reads<Issue::prefetched_l2>(line, lines, probed, passes, sum);
 }
 
 double wall_seconds() {
@@ -197,6 +233,28 @@ LimitBuffer::LimitBuffer(std::uint64_t bytes, std::uint64_t seed)
   buffer_->seed = seed;
 }
 
+const char* issue_name(Issue issue) {
+  switch (issue) {
+    case Issue::loads:
+      return "loads";
+    case Issue::prefetched_l1:
+      return "prefetched_l1";
+    case Issue::prefetched_l2:
+      break;
+  }
+  return "prefetched_l2";
+}
+
+Issue ReadWays::fastest_issue() const {
+  Issue best = Issue::loads;
+  for (const Issue issue : kEveryIssue) {
+    if (at(issue) < at(best)) {
+      best = issue;
+    }
+  }
+  return best;
+}
+
 LimitBuffer::~LimitBuffer() = default;
 
 std::uint64_t LimitBuffer::bytes() const {
@@ -208,13 +266,15 @@ std::uint64_t LimitBuffer::checksum() const {
 
 double LimitBuffer::independent_ns(std::uint64_t reads) {
   Buffer& b = *buffer_;
-  // Half the reads each way, in whole groups of four (the loads' unit), at least one.
-  reads = std::max<std::uint64_t>(4, (reads / 2) & ~std::uint64_t{3});
+  // A third of the reads each way, in whole groups of four (the loads' unit), at least one.
+  reads = std::max<std::uint64_t>(4, (reads / kIssues) & ~std::uint64_t{3});
   const std::uint64_t seed = b.seed + 2 * ++b.turn;
-  const double loads = independent_reads(b.memory.get(), b.lines, seed, reads, Issue::loads, b.sum);
-  const double prefetched =
-      independent_reads(b.memory.get(), b.lines, seed, reads, Issue::prefetched, b.sum);
-  return std::min(loads, prefetched);
+  ReadWays ways;
+  for (const Issue issue : kEveryIssue) {
+    ways.ns[static_cast<int>(issue)] =
+        independent_reads(issue, b.memory.get(), b.lines, seed, reads, b.sum);
+  }
+  return ways.fastest();
 }
 
 double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed,
@@ -223,11 +283,13 @@ double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed,
   if (probed.empty() || passes == 0) {
     return 0;
   }
-  passes = std::max<std::size_t>(1, passes / 2);  // half each way
-  const double loads = hit_line_reads(b.memory.get(), b.lines, probed, passes, Issue::loads, b.sum);
-  const double prefetched =
-      hit_line_reads(b.memory.get(), b.lines, probed, passes, Issue::prefetched, b.sum);
-  return std::min(loads, prefetched);
+  passes = std::max<std::size_t>(1, passes / kIssues);  // a third each way
+  ReadWays ways;
+  for (const Issue issue : kEveryIssue) {
+    ways.ns[static_cast<int>(issue)] =
+        hit_line_reads(issue, b.memory.get(), b.lines, probed, passes, b.sum);
+  }
+  return ways.fastest();
 }
 
 MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) {
@@ -244,24 +306,23 @@ MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) 
   }
   limit.dependent_ns = (thread_cpu_seconds() - start) * 1e9 / static_cast<double>(dependent_reads);
   b.sum += at;
-  // Independent, each way: one thread, then two threads at once over the same buffer the faster
-  // way (does the memory system give a second core its own misses in flight, or do the two
-  // share them?).
-  const std::uint64_t independent_reads_per_thread = 4'000'000;
-  limit.independent_loads_ns =
-      independent_reads(line, b.lines, b.seed, independent_reads_per_thread, Issue::loads, b.sum);
-  limit.independent_prefetched_ns = independent_reads(
-      line, b.lines, b.seed, independent_reads_per_thread, Issue::prefetched, b.sum);
-  limit.independent_ns = std::min(limit.independent_loads_ns, limit.independent_prefetched_ns);
-  const Issue faster = limit.independent_prefetched_ns < limit.independent_loads_ns
-                           ? Issue::prefetched
-                           : Issue::loads;
+  // Independent, each way: one thread, then two threads at once over the same buffer the
+  // fastest way (does the memory system give a second core its own misses in flight, or do the
+  // two share them?).
+  const std::uint64_t independent_reads_per_thread = 3'000'000;
+  for (const Issue issue : kEveryIssue) {
+    limit.independent.ns[static_cast<int>(issue)] =
+        independent_reads(issue, line, b.lines, b.seed, independent_reads_per_thread, b.sum);
+  }
+  limit.independent_ns = limit.independent.fastest();
+  const Issue fastest = limit.independent.fastest_issue();
   if (!probed.empty()) {
-    const std::size_t passes = std::max<std::size_t>(1, 1'000'000 / probed.size());
-    limit.hit_lines_loads_ns = hit_line_reads(line, b.lines, probed, passes, Issue::loads, b.sum);
-    limit.hit_lines_prefetched_ns =
-        hit_line_reads(line, b.lines, probed, passes, Issue::prefetched, b.sum);
-    limit.hit_lines_ns = std::min(limit.hit_lines_loads_ns, limit.hit_lines_prefetched_ns);
+    const std::size_t passes = std::max<std::size_t>(1, 700'000 / probed.size());
+    for (const Issue issue : kEveryIssue) {
+      limit.hit_lines.ns[static_cast<int>(issue)] =
+          hit_line_reads(issue, line, b.lines, probed, passes, b.sum);
+    }
+    limit.hit_lines_ns = limit.hit_lines.fastest();
   }
   std::atomic<int> ready{0};
   std::uint64_t sums[2] = {0, 0};
@@ -273,8 +334,9 @@ MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) 
       std::this_thread::yield();  // start together
     }
     const double begin = wall_seconds();
-    ns[t] = independent_reads(line, b.lines, b.seed + 2 * static_cast<std::uint64_t>(t) + 1,
-                              independent_reads_per_thread, faster, sums[t]);
+    ns[t] =
+        independent_reads(fastest, line, b.lines, b.seed + 2 * static_cast<std::uint64_t>(t) + 1,
+                          independent_reads_per_thread, sums[t]);
     wall[t] = wall_seconds() - begin;
   };
   try {
