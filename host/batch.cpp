@@ -1,5 +1,6 @@
 // Batch lookups, key plans and plan answers.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
                                                        const BatchOptions& options) const {
   PREFIXHIT_NVTX_RANGE("prefixhit::find_longest_cache_hits");
   validate_batch(batch);
+  if (!std::isfinite(options.min_seconds_per_worker) || options.min_seconds_per_worker < 0) {
+    throw InvalidArgument(
+        "BatchOptions::min_seconds_per_worker must be a finite number of "
+        "seconds >= 0, got " +
+        std::to_string(options.min_seconds_per_worker));
+  }
   detail::check_store_width(store, config_.digest_size);
   const std::size_t r = batch.num_requests();
   const auto g = static_cast<std::size_t>(plan_.num_groups);
@@ -77,19 +84,19 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
                detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 20));
   // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
   // With workers, chunks are smaller (about four per thread, at least one request) and claimed
-  // one at a time, so a worker that starts late takes only what is left (parallel_claim).
+  // one at a time, so a worker that starts late takes only what is left; workers start only if
+  // the first chunk's time says the rest is worth them (parallel_ranges_if_worth).
   constexpr std::size_t kChunk = 64;
   const int workers = std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1)));
   const std::size_t chunk =
       workers <= 1
           ? kChunk
           : std::clamp<std::size_t>(r / (4 * static_cast<std::size_t>(workers)), 1, kChunk);
-  const auto run_chunk = [&](std::size_t c) {
+  const auto run_chunk = [&](std::size_t start, std::size_t end) {
     GroupHit spec_hits[kChunk][kMaxGroups];
     detail::PlannedLookup lookups[kChunk];
     std::int64_t bad_digests[kChunk];
-    const std::size_t start = c * chunk;
-    const std::size_t count = std::min(chunk, r - start);
+    const std::size_t count = end - start;
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = start + k;
       const std::int64_t off = batch.offsets[i];
@@ -114,7 +121,8 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
     }
   };
   // A throwing probe (PlanAnswers of another request) is rethrown here.
-  detail::parallel_claim((r + chunk - 1) / chunk, workers, run_chunk);
+  detail::parallel_ranges_if_worth(r, chunk, kChunk, workers, options.min_seconds_per_worker,
+                                   run_chunk);
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {

@@ -289,9 +289,11 @@ PREFIXHIT_API prefixhit_status prefixhit_lookup_result_mask(const prefixhit_look
 /* Many lookups in one call. Request r owns digests [offsets[r], offsets[r+1]) of `digests`
  * (digests is num_digests * the coordinator's digest_size bytes; offsets has num_requests + 1
  * entries, offsets[0] == 0, offsets[num_requests] == num_digests). apply_eagle: NULL for "apply"
- * everywhere, else one flag per request. num_threads: 0 for every hardware thread. Outputs
- * (caller-allocated): hit_lengths [num_requests], num_blocks and num_placeholders [num_requests *
- * num_groups], row-major. On error nothing useful is in the outputs and the message names the first
+ * everywhere, else one flag per request. num_threads: at most this many threads (0: every
+ * hardware thread); workers start only when the batch's first requests show the rest is worth
+ * them (BatchOptions::min_seconds_per_worker's default). Outputs (caller-allocated):
+ * hit_lengths [num_requests], num_blocks and num_placeholders [num_requests * num_groups],
+ * row-major. On error nothing useful is in the outputs and the message names the first
  * failing request. */
 PREFIXHIT_API prefixhit_status prefixhit_find_longest_cache_hits(
     const prefixhit_coordinator* coordinator, const uint8_t* digests, size_t num_digests,

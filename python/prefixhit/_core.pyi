@@ -450,7 +450,7 @@ class Coordinator:
         store: as for find_longest_cache_hit. KeySet and BlockIndex stores run on all cores without the GIL; a Python set is probed on the calling thread.
         apply_eagle: None or True (every request), False, or one flag per request.
         stream: the caller's CUDA stream (an int handle, or a torch/cupy stream object) for the GPU engine (device arrays, or a BlockIndex('cuda') store); the CPU engine ignores it.
-        num_threads: 0 for every hardware thread, 1 for the calling thread only.
+        num_threads: at most this many threads (0: every hardware thread, 1: the calling thread only); workers start only when the first requests show the rest is worth them.
 
         Errors name the first failing request. Device arrays need the GPU engine and raise BackendUnavailableError in a build without it.
         """

@@ -222,7 +222,8 @@ void bind_batch(nb::class_<PyCoordinator>& coordinator, nb::module_& m) {
       "apply_eagle: None or True (every request), False, or one flag per request.\n"
       "stream: the caller's CUDA stream (an int handle, or a torch/cupy stream object) for the "
       "GPU engine (device arrays, or a BlockIndex('cuda') store); the CPU engine ignores it.\n"
-      "num_threads: 0 for every hardware thread, 1 for the calling thread only.\n\n"
+      "num_threads: at most this many threads (0: every hardware thread, 1: the calling thread "
+      "only); workers start only when the first requests show the rest is worth them.\n\n"
       "Errors name the first failing request. Device arrays need the GPU engine and raise "
       "BackendUnavailableError in a build without it.");
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "host/parallel.hpp"
@@ -260,6 +261,81 @@ TEST(Hardening, ParallelClaimRethrowsAndStopsClaiming) {
   EXPECT_THROW(detail::parallel_claim(100000, 4, failing_body(ran_alone), FailingStarter{&allowed}),
                InvalidArgument);
   EXPECT_EQ(ran_alone.load(), 11);
+}
+
+TEST(Hardening, ParallelRangesIfWorthStartsWorkersOnlyForWorkWorthThem) {
+  using Range = std::pair<std::size_t, std::size_t>;
+  // Items that take no time: the caller runs [0, 4), then the rest in ranges of 16, and starts
+  // no worker.
+  std::vector<Range> ranges;
+  int allowed = 100;
+  detail::parallel_ranges_if_worth(
+      40, 4, 16, 4, 1.0, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
+      FailingStarter{&allowed});
+  EXPECT_EQ(allowed, 100) << "a worker started for no work";
+  EXPECT_EQ(ranges, (std::vector<Range>{{0, 4}, {4, 20}, {20, 36}, {36, 40}}));
+  // Ranges of 2 ms, one worker per 1 us of the work left: up to `threads`, so three workers,
+  // and every item once, in ranges of 4.
+  std::vector<std::atomic<int>> seen(30);
+  detail::parallel_ranges_if_worth(
+      seen.size(), 4, 16, 4, 1e-6,
+      [&](std::size_t b, std::size_t e) {
+        EXPECT_LE(e - b, 4U);
+        for (std::size_t i = b; i < e; ++i) {
+          ++seen[i];
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      },
+      FailingStarter{&allowed});
+  EXPECT_EQ(allowed, 97);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_EQ(seen[i].load(), 1) << "item " << i;
+  }
+  // 0 seconds per worker: workers start whatever the work.
+  detail::parallel_ranges_if_worth(
+      40, 4, 16, 3, 0.0, [](std::size_t, std::size_t) {}, FailingStarter{&allowed});
+  EXPECT_EQ(allowed, 95);
+  // One thread, or no more items than the first range: the caller alone, in ranges of `large`.
+  ranges.clear();
+  detail::parallel_ranges_if_worth(
+      40, 4, 16, 1, 0.0, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
+      FailingStarter{&allowed});
+  detail::parallel_ranges_if_worth(
+      3, 4, 16, 4, 0.0, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
+      FailingStarter{&allowed});
+  EXPECT_EQ(ranges, (std::vector<Range>{{0, 16}, {16, 32}, {32, 40}, {0, 3}}));
+  EXPECT_EQ(allowed, 95);
+  // The first range throws: rethrown, no worker started, no other range run.
+  std::atomic<int> ran{0};
+  EXPECT_THROW(detail::parallel_ranges_if_worth(
+                   100, 4, 16, 4, 0.0,
+                   [&](std::size_t, std::size_t) {
+                     ++ran;
+                     throw InvalidArgument("first range failed");
+                   },
+                   FailingStarter{&allowed}),
+               InvalidArgument);
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(allowed, 95);
+}
+
+TEST(Hardening, BatchRefusesABadMinSecondsPerWorker) {
+  const Coordinator c(full_attention_config());
+  const KeySet store;
+  LookupBatch batch;
+  std::vector<BlockDigest> none;
+  std::vector<std::int64_t> offsets{0};
+  std::vector<std::int64_t> lengths;
+  batch.digests = none;
+  batch.offsets = offsets;
+  batch.max_lengths = lengths;
+  for (const double bad :
+       {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    BatchOptions options;
+    options.min_seconds_per_worker = bad;
+    expect_error<InvalidArgument>([&] { c.find_longest_cache_hits(batch, store, options); },
+                                  "min_seconds_per_worker");
+  }
 }
 
 // ---- item 4: sizes and factors that used to hang ------------------------------------------------

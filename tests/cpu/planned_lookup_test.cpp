@@ -214,6 +214,7 @@ TEST(PlannedLookup, SingleAndBatchEqualTheDirectFinders) {
     batch.apply_eagle = eagle;
     BatchOptions options;
     options.num_threads = static_cast<int>(1 + rng() % 2);
+    options.min_seconds_per_worker = 0;  // workers even for these small batches
     const BatchLookupResult got = c.find_longest_cache_hits(batch, view, options);
     for (int r = 0; r < requests; ++r) {
       expect_same(got.request(static_cast<std::size_t>(r)), expected[r], trial);
@@ -263,6 +264,7 @@ TEST(PlannedLookup, TwoThreadBatchesRunningAtOnceShareTheBufferPool) {
   }
   BatchOptions options;
   options.num_threads = 2;
+  options.min_seconds_per_worker = 0;  // workers even for this small batch
   std::vector<BatchLookupResult> got(2);
   std::thread other([&] { got[1] = c.find_longest_cache_hits(batch, view, options); });
   got[0] = c.find_longest_cache_hits(batch, view, options);
