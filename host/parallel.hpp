@@ -127,13 +127,14 @@ void parallel_claim(std::size_t n, int threads, const Body& body, const Start& s
 
 /// Calls body(begin, end) on ranges covering [0, n), for work whose cost is not known up front.
 /// Ranges of `large` items run best on one thread (their probes overlap in one pipeline); ranges of
-/// `small` items share out among threads. The calling thread first runs [0, small) and times it,
-/// then starts workers only as many as the items left are worth at that pace, one per
-/// `min_seconds_per_worker` of remaining work (0: up to `threads` regardless), and these claim
-/// the rest in ranges of `small` (parallel_claim). Worth none, the caller runs the rest in ranges
-/// of `large`. A worker costs tens of microseconds to start, and small ranges lose the overlap:
-/// 64 lookups of 4096-token prompts (270-320 us on one thread) took 1.1-1.8x as long on two
-/// threads, ranges of 8, as on one (paired medians).
+/// `small` items share out among threads. The calling thread first runs a quarter of a small
+/// range, [0, max(1, small / 4)), and times it, then starts workers only as many as the items
+/// left are worth at that pace, one per `min_seconds_per_worker` of remaining work (0: up to
+/// `threads` regardless), and these claim the rest in ranges of `small` (parallel_claim). Worth
+/// none, the caller runs the rest in ranges of `large`. A worker costs tens of microseconds to
+/// start, and small ranges lose the overlap: 64 lookups of 4096-token prompts (270-320 us on
+/// one thread) took 1.1-1.8x as long on two threads, ranges of 8, as on one (paired medians).
+/// The timed range is short so that the work done before any worker starts stays small.
 template <class Body, class Start = StartThread>
 void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t large, int threads,
                               double min_seconds_per_worker, const Body& body,
@@ -149,28 +150,28 @@ void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t larg
     serial_from(0);
     return;
   }
+  const std::size_t first = std::max<std::size_t>(1, small / 4);
   const auto first_start = std::chrono::steady_clock::now();
-  body(std::size_t{0}, small);
+  body(std::size_t{0}, first);
   const double first_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - first_start).count();
-  const std::size_t ranges_left = (n - small + small - 1) / small;
   int workers = threads;
   if (min_seconds_per_worker > 0) {
-    const double left_seconds = first_seconds * static_cast<double>(ranges_left);
+    const double left_seconds =
+        first_seconds * static_cast<double>(n - first) / static_cast<double>(first);
     workers = static_cast<int>(
         std::min<double>(threads, std::floor(left_seconds / min_seconds_per_worker)));
   }
   if (workers <= 1) {
-    serial_from(small);
+    serial_from(first);
     return;
   }
-  parallel_claim(
-      ranges_left, workers,
-      [&](std::size_t k) {
-        const std::size_t begin = small * (k + 1);
-        body(begin, std::min(n, begin + small));
-      },
-      start);
+  parallel_claim((n - first + small - 1) / small, workers,
+                 [&](std::size_t k) {
+                   const std::size_t begin = first + small * k;
+                   body(begin, std::min(n, begin + small));
+                 },
+                 start);
 }
 
 }  // namespace prefixhit::detail

@@ -265,17 +265,17 @@ TEST(Hardening, ParallelClaimRethrowsAndStopsClaiming) {
 
 TEST(Hardening, ParallelRangesIfWorthStartsWorkersOnlyForWorkWorthThem) {
   using Range = std::pair<std::size_t, std::size_t>;
-  // Items that take no time: the caller runs [0, 4), then the rest in ranges of 16, and starts
-  // no worker.
+  // Items that take no time: the caller times [0, 2) (a quarter of a small range), runs the rest
+  // in ranges of 16, and starts no worker.
   std::vector<Range> ranges;
   int allowed = 100;
   detail::parallel_ranges_if_worth(
-      40, 4, 16, 4, 1.0, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
+      40, 8, 16, 4, 1.0, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
       FailingStarter{&allowed});
   EXPECT_EQ(allowed, 100) << "a worker started for no work";
-  EXPECT_EQ(ranges, (std::vector<Range>{{0, 4}, {4, 20}, {20, 36}, {36, 40}}));
+  EXPECT_EQ(ranges, (std::vector<Range>{{0, 2}, {2, 18}, {18, 34}, {34, 40}}));
   // Ranges of 2 ms, one worker per 1 us of the work left: up to `threads`, so three workers,
-  // and every item once, in ranges of 4.
+  // and every item once, in ranges of at most 4 (the first of 1).
   std::vector<std::atomic<int>> seen(30);
   detail::parallel_ranges_if_worth(
       seen.size(), 4, 16, 4, 1e-6,
