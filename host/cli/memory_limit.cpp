@@ -17,6 +17,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -99,17 +100,26 @@ double independent_reads(const Line* line, std::uint64_t lines, std::uint64_t se
   return ns;
 }
 
-double independent_reads(Issue issue, const Line* line, std::uint64_t lines, std::uint64_t seed,
-                         std::uint64_t reads, std::uint64_t& sum) {
+/// Calls way(std::integral_constant<Issue, issue>{}) for a runtime `issue`, so that each way's
+/// loop is compiled on its own (a prefetch's locality must be a constant).
+template <class Way>
+double with_issue(Issue issue, const Way& way) {
   switch (issue) {
     case Issue::loads:
-      return independent_reads<Issue::loads>(line, lines, seed, reads, sum);
+      return way(std::integral_constant<Issue, Issue::loads>{});
     case Issue::prefetched_l1:
-      return independent_reads<Issue::prefetched_l1>(line, lines, seed, reads, sum);
+      return way(std::integral_constant<Issue, Issue::prefetched_l1>{});
     case Issue::prefetched_l2:
       break;
   }
-  return independent_reads<Issue::prefetched_l2>(line, lines, seed, reads, sum);
+  return way(std::integral_constant<Issue, Issue::prefetched_l2>{});
+}
+
+double independent_reads(Issue issue, const Line* line, std::uint64_t lines, std::uint64_t seed,
+                         std::uint64_t reads, std::uint64_t& sum) {
+  return with_issue(issue, [&](auto way) {
+    return independent_reads<decltype(way)::value>(line, lines, seed, reads, sum);
+  });
 }
 
 /// Independent reads of a hit's lines for every probed key: its caller digest (at its own
@@ -178,15 +188,9 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
 double hit_line_reads(Issue issue, const Line* line, std::uint64_t lines,
                       const std::vector<const BlockDigest*>& probed, std::size_t passes,
                       std::uint64_t& sum) {
-  switch (issue) {
-    case Issue::loads:
-      return hit_line_reads<Issue::loads>(line, lines, probed, passes, sum);
-    case Issue::prefetched_l1:
-      return hit_line_reads<Issue::prefetched_l1>(line, lines, probed, passes, sum);
-    case Issue::prefetched_l2:
-      break;
-  }
-  return hit_line_reads<Issue::prefetched_l2>(line, lines, probed, passes, sum);
+  return with_issue(issue, [&](auto way) {
+    return hit_line_reads<decltype(way)::value>(line, lines, probed, passes, sum);
+  });
 }
 
 double wall_seconds() {
