@@ -85,7 +85,7 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
   // With workers, chunks are smaller (about four per thread, at least one request) and claimed
   // one at a time, so a worker that starts late takes only what is left; workers start only if
-  // the first chunk's time says the rest is worth them (parallel_ranges_if_worth).
+  // the first requests' time says the rest is worth them (parallel_ranges_if_worth).
   constexpr std::size_t kChunk = 64;
   const int workers = std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1)));
   const std::size_t chunk =

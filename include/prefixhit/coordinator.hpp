@@ -24,9 +24,9 @@ struct LookupBatch {
 
 struct BatchOptions {
   int num_threads = 0;  ///< at most: 0, every hardware thread; 1, the calling thread only
-  /// Workers start only for work worth them: the calling thread times the batch's first chunk
-  /// of requests and starts one worker per this many seconds of the work left (up to
-  /// num_threads), since a worker costs tens of microseconds to start. 0: always num_threads.
+  /// Workers start only for work worth them: the calling thread times the batch's first
+  /// requests and starts one worker per this many seconds of the work left (up to num_threads),
+  /// since a worker costs tens of microseconds to start. 0: always num_threads.
   double min_seconds_per_worker = 250e-6;
 };
 
