@@ -79,7 +79,6 @@ struct BenchRow {
   int limit_turns = 0;
 };
 
-/// The memory system's limit over a buffer the size of the index, measured in the same run.
 /// How the limit's independent reads are issued: plain loads, or each line prefetched ahead of
 /// its load into L1 or into L2.
 enum class Issue { loads, prefetched_l1, prefetched_l2 };
@@ -96,12 +95,11 @@ struct ReadWays {
   double fastest() const { return at(fastest_issue()); }
 };
 
+/// The memory system's limit over a buffer the size of the index, measured in the same run.
 struct MemoryLimit {
   std::uint64_t bytes = 0;
   double dependent_ns = 0;  ///< per random 64-byte read that waits on the previous one
-  /// Per random 64-byte read with no dependence between reads: the fastest way of issuing them
-  /// (`independent`).
-  double independent_ns = 0;
+  /// Per random 64-byte read with no dependence between reads, each way of issuing them.
   ReadWays independent;
   /// The same on two threads at once: each thread's CPU ns per read (0: no second thread).
   double independent_2t_ns = 0;
@@ -111,16 +109,19 @@ struct MemoryLimit {
   /// A hit's own lines read independently, per key: the caller's digest where it lies (the
   /// probed keys of one pass of lookups, in order) and a header and a digest line of the buffer
   /// that the digest picks, as the index's hash does. What this layout's lookup would cost if
-  /// it did nothing but move its lines (0: not measured). The fastest way (`hit_lines`).
-  double hit_lines_ns = 0;
+  /// it did nothing but move its lines (all 0: not measured). Each way of issuing the reads.
   ReadWays hit_lines;
   std::uint64_t checksum = 0;
+  /// Per independent read, the fastest way.
+  double independent_ns() const { return independent.fastest(); }
+  /// Per key of a hit's lines, the fastest way (0: not measured).
+  double hit_lines_ns() const { return hit_lines.fastest(); }
   /// Reads one core keeps in flight: DRAM latency over the independent-read time.
-  double in_flight() const { return independent_ns > 0 ? dependent_ns / independent_ns : 0; }
+  double in_flight() const { return independent_ns() > 0 ? dependent_ns / independent_ns() : 0; }
   /// Two threads' independent-read rate over one thread's (2: the second core brings its own
   /// misses in flight; 1: the two share them).
   double two_thread_scaling() const {
-    return independent_2t_ns > 0 ? 2 * independent_ns / independent_2t_ns : 0;
+    return independent_2t_ns > 0 ? 2 * independent_ns() / independent_2t_ns : 0;
   }
 };
 

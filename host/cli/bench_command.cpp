@@ -90,12 +90,12 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"hash_pages", c.huge_page_hashes ? "2m" : "4k"},
                            {"buffer_bytes", l.bytes},
                            {"dependent_read_ns", l.dependent_ns},
-                           {"independent_read_ns", l.independent_ns},
+                           {"independent_read_ns", l.independent_ns()},
                            {"reads_in_flight", l.in_flight()},
                            {"independent_read_ns_2threads", l.independent_2t_ns},
                            {"two_thread_read_scaling", l.two_thread_scaling()},
                            {"two_thread_core_share", l.two_thread_overlap},
-                           {"hit_lines_ns_per_key", l.hit_lines_ns}};
+                           {"hit_lines_ns_per_key", l.hit_lines_ns()}};
     for (const Issue issue : kEveryIssue) {  // each way of issuing the reads
       line[std::string("independent_read_ns_") + issue_name(issue)] = l.independent.at(issue);
       line[std::string("hit_lines_ns_per_key_") + issue_name(issue)] = l.hit_lines.at(issue);
@@ -117,9 +117,9 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       static_cast<unsigned long long>(c.store_slots),
       static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
       c.huge_page_hashes ? "2 MiB" : "4 KiB", static_cast<double>(l.bytes) / (1 << 20),
-      l.dependent_ns, l.independent_ns, l.in_flight(), l.independent.at(Issue::loads),
+      l.dependent_ns, l.independent_ns(), l.in_flight(), l.independent.at(Issue::loads),
       l.independent.at(Issue::prefetched_l1), l.independent.at(Issue::prefetched_l2),
-      l.independent_2t_ns, l.two_thread_scaling(), 100 * l.two_thread_overlap, l.hit_lines_ns,
+      l.independent_2t_ns, l.two_thread_scaling(), 100 * l.two_thread_overlap, l.hit_lines_ns(),
       l.hit_lines.at(Issue::loads), l.hit_lines.at(Issue::prefetched_l1),
       l.hit_lines.at(Issue::prefetched_l2));
 }

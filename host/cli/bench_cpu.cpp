@@ -50,9 +50,9 @@ struct LimitTurns {
       : buffer(&b), probed(&keys) {
     constexpr double kReadSeconds = 1e-3;
     independent_reads =
-        static_cast<std::uint64_t>(kReadSeconds * 1e9 / std::max(l.independent_ns, 0.1));
+        static_cast<std::uint64_t>(kReadSeconds * 1e9 / std::max(l.independent_ns(), 0.1));
     if (!keys.empty()) {  // no keys: no hit-line passes, and no x_hit_lines column
-      const double pass_ns = static_cast<double>(keys.size()) * std::max(l.hit_lines_ns, 0.1);
+      const double pass_ns = static_cast<double>(keys.size()) * std::max(l.hit_lines_ns(), 0.1);
       hit_line_passes = static_cast<std::size_t>(std::ceil(kReadSeconds * 1e9 / pass_ns));
     }
   }

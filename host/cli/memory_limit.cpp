@@ -193,6 +193,16 @@ double hit_line_reads(Issue issue, const Line* line, std::uint64_t lines,
   });
 }
 
+/// read(issue) for each way of issuing the reads, in turn.
+template <class Read>
+ReadWays each_way(const Read& read) {
+  ReadWays ways;
+  for (const Issue issue : kEveryIssue) {
+    ways.ns[static_cast<int>(issue)] = read(issue);
+  }
+  return ways;
+}
+
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -273,12 +283,10 @@ double LimitBuffer::independent_ns(std::uint64_t reads) {
   // A third of the reads each way, in whole groups of four (the loads' unit), at least one.
   reads = std::max<std::uint64_t>(4, (reads / kIssues) & ~std::uint64_t{3});
   const std::uint64_t seed = b.seed + 2 * ++b.turn;
-  ReadWays ways;
-  for (const Issue issue : kEveryIssue) {
-    ways.ns[static_cast<int>(issue)] =
-        independent_reads(issue, b.memory.get(), b.lines, seed, reads, b.sum);
-  }
-  return ways.fastest();
+  return each_way([&](Issue issue) {
+           return independent_reads(issue, b.memory.get(), b.lines, seed, reads, b.sum);
+         })
+      .fastest();
 }
 
 double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed,
@@ -288,12 +296,10 @@ double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed,
     return 0;
   }
   passes = std::max<std::size_t>(1, passes / kIssues);  // a third each way
-  ReadWays ways;
-  for (const Issue issue : kEveryIssue) {
-    ways.ns[static_cast<int>(issue)] =
-        hit_line_reads(issue, b.memory.get(), b.lines, probed, passes, b.sum);
-  }
-  return ways.fastest();
+  return each_way([&](Issue issue) {
+           return hit_line_reads(issue, b.memory.get(), b.lines, probed, passes, b.sum);
+         })
+      .fastest();
 }
 
 MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) {
@@ -314,19 +320,14 @@ MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) 
   // fastest way (does the memory system give a second core its own misses in flight, or do the
   // two share them?).
   const std::uint64_t independent_reads_per_thread = 3'000'000;
-  for (const Issue issue : kEveryIssue) {
-    limit.independent.ns[static_cast<int>(issue)] =
-        independent_reads(issue, line, b.lines, b.seed, independent_reads_per_thread, b.sum);
-  }
-  limit.independent_ns = limit.independent.fastest();
+  limit.independent = each_way([&](Issue issue) {
+    return independent_reads(issue, line, b.lines, b.seed, independent_reads_per_thread, b.sum);
+  });
   const Issue fastest = limit.independent.fastest_issue();
   if (!probed.empty()) {
     const std::size_t passes = std::max<std::size_t>(1, 700'000 / probed.size());
-    for (const Issue issue : kEveryIssue) {
-      limit.hit_lines.ns[static_cast<int>(issue)] =
-          hit_line_reads(issue, line, b.lines, probed, passes, b.sum);
-    }
-    limit.hit_lines_ns = limit.hit_lines.fastest();
+    limit.hit_lines = each_way(
+        [&](Issue issue) { return hit_line_reads(issue, line, b.lines, probed, passes, b.sum); });
   }
   std::atomic<int> ready{0};
   std::uint64_t sums[2] = {0, 0};
