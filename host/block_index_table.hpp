@@ -91,10 +91,9 @@ inline std::uint32_t match_tags(const detail::BucketHeader* header, std::uint8_t
 #endif
 }
 
-/// Lanes whose tag and meta word both equal the key's: the slots whose digest a hit must
-/// compare. The header line alone rules out the others.
-inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint8_t tag,
-                                   std::uint32_t meta) {
+/// The portable twin of candidates_of, lane by lane (tests compare the two).
+inline std::uint32_t candidates_by_lanes(const detail::BucketHeader* header, std::uint8_t tag,
+                                         std::uint32_t meta) {
   std::uint32_t c = match_tags(header, tag);
   for (std::uint32_t m = c; m != 0; m &= m - 1) {
     const int lane = __builtin_ctz(m);
@@ -103,6 +102,27 @@ inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint
     }
   }
   return c;
+}
+
+/// Lanes whose tag and meta word both equal the key's: the slots whose digest a hit must
+/// compare. The header line alone rules out the others.
+inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint8_t tag,
+                                   std::uint32_t meta) {
+#if defined(__SSE2__)
+  // All 12 lanes at once: the tag bytes in one compare, the meta words in three, packed down to a
+  // byte per lane so that one mask holds both tests (no branch per tag match).
+  const auto* line = reinterpret_cast<const __m128i*>(header);
+  const __m128i tags = _mm_cmpeq_epi8(_mm_load_si128(line), _mm_set1_epi8(static_cast<char>(tag)));
+  const __m128i want = _mm_set1_epi32(static_cast<int>(meta));
+  const __m128i metas_0_7 = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(line + 1), want),
+                                            _mm_cmpeq_epi32(_mm_load_si128(line + 2), want));
+  const __m128i metas_8_11 =
+      _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(line + 3), want), _mm_setzero_si128());
+  const __m128i both = _mm_and_si128(tags, _mm_packs_epi16(metas_0_7, metas_8_11));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(both)) & detail::kBucketLanes;
+#else
+  return candidates_by_lanes(header, tag, meta);
+#endif
 }
 
 /// Whether two digests are equal (all 32 bytes; the meta word is compared apart): two 16-byte

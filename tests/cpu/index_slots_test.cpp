@@ -208,6 +208,41 @@ TEST(IndexSlots, TagMatchersAgreeWithTheLaneByLaneTwin) {
   }
 }
 
+TEST(IndexSlots, CandidateMatchersAgreeWithALaneByLaneCheck) {
+  // cpu_index::candidates_of (SSE2: tags and meta words of all lanes at once) and its portable
+  // twin against the definition: lane j is a candidate iff its tag and its meta word both equal
+  // the key's. Few distinct values make every combination frequent; the meta palette holds the
+  // words whose sign a saturating pack could mangle.
+  std::mt19937_64 rng(fresh_seed());
+  BucketHeader bucket{};
+  const std::uint32_t metas[] = {
+      0U,          1U,          0x7FFFFFFFU,
+      0x80000000U, 0xFFFFFFFFU, pack_meta(kIndexMaxNamespace, kIndexMaxGroups - 1, 2)};
+  for (int trial = 0; trial < 4000; ++trial) {
+    const std::uint8_t tags[] = {0x00, 0x03, 0x80, 0xFF, static_cast<std::uint8_t>(rng())};
+    for (auto& t : bucket.tags) {
+      t = tags[rng() % 5];  // the spare bytes too: they must never be reported
+    }
+    for (auto& m : bucket.metas) {
+      m = metas[rng() % 6];
+    }
+    for (const std::uint8_t tag : tags) {
+      for (const std::uint32_t meta : metas) {
+        std::uint32_t expected = 0;
+        for (int lane = 0; lane < kBucketSlots; ++lane) {
+          expected |=
+              static_cast<std::uint32_t>(bucket.tags[lane] == tag && bucket.metas[lane] == meta)
+              << lane;
+        }
+        ASSERT_EQ(cpu_index::candidates_of(&bucket, tag, meta), expected)
+            << "tag " << int{tag} << " meta " << meta;
+        ASSERT_EQ(cpu_index::candidates_by_lanes(&bucket, tag, meta), expected)
+            << "tag " << int{tag} << " meta " << meta;
+      }
+    }
+  }
+}
+
 TEST(IndexSlots, CpuDigestCompareAgreesWithTheWordCompare) {
   // cpu_index::digest_equal (the CPU index's fast path: two 16-byte compares) against the shared
   // word compare, for equal digests and digests that differ in one byte, at every position.
