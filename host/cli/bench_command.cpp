@@ -87,6 +87,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"store_slots", c.store_slots},
                            {"store_bytes", c.store_bytes},
                            {"cycled_requests", c.cycled_requests},
+                           {"cycle_line_bytes", c.cycle_line_bytes},
+                           {"l3_bytes", c.l3_bytes},
                            {"hash_pages", c.huge_page_hashes ? "2m" : "4k"},
                            {"buffer_bytes", l.bytes},
                            {"dependent_read_ns", l.dependent_ns},
@@ -103,9 +105,14 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
     std::cout << line.dump() << "\n";
     return;
   }
+  const std::string l3 =
+      c.l3_bytes > 0 ? std::to_string(c.l3_bytes >> 20) + " MiB" : std::string("(size unknown)");
   std::printf(
       "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
-      "%lld stored requests, whose hashes lie on %s pages\n"
+      "%lld stored requests, whose hashes lie on %s pages; a cycle reads %.1f MiB of lines (the "
+      "caller's digests, and a header and a digest line per key) against a %s L3: a cycle that "
+      "fits there stays partly cached, and its lookups miss less than lookups of new prompts "
+      "(raise --requests)\n"
       "# memory limit over a %.1f MiB buffer (thread CPU time): dependent random read %.1f ns, "
       "independent %.2f ns (%.1f reads in flight; the fastest of plain loads, %.2f ns, loads "
       "prefetched ahead into L1, %.2f ns, and into L2, %.2f ns); two threads at once: %.2f ns "
@@ -116,12 +123,12 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
       static_cast<unsigned long long>(c.store_slots),
       static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
-      c.huge_page_hashes ? "2 MiB" : "4 KiB", static_cast<double>(l.bytes) / (1 << 20),
-      l.dependent_ns, l.independent_ns(), l.in_flight(), l.independent.at(Issue::loads),
-      l.independent.at(Issue::prefetched_l1), l.independent.at(Issue::prefetched_l2),
-      l.independent_2t_ns, l.two_thread_scaling(), 100 * l.two_thread_overlap, l.hit_lines_ns(),
-      l.hit_lines.at(Issue::loads), l.hit_lines.at(Issue::prefetched_l1),
-      l.hit_lines.at(Issue::prefetched_l2));
+      c.huge_page_hashes ? "2 MiB" : "4 KiB", static_cast<double>(c.cycle_line_bytes) / (1 << 20),
+      l3.c_str(), static_cast<double>(l.bytes) / (1 << 20), l.dependent_ns, l.independent_ns(),
+      l.in_flight(), l.independent.at(Issue::loads), l.independent.at(Issue::prefetched_l1),
+      l.independent.at(Issue::prefetched_l2), l.independent_2t_ns, l.two_thread_scaling(),
+      100 * l.two_thread_overlap, l.hit_lines_ns(), l.hit_lines.at(Issue::loads),
+      l.hit_lines.at(Issue::prefetched_l1), l.hit_lines.at(Issue::prefetched_l2));
 }
 
 void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
@@ -224,7 +231,8 @@ void add_bench_command(CLI::App& app) {
                 "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
                 "keys_per_dram_latency, limit_turns, pct_of_independent_reads, x_hit_lines, "
                 "x_hit_lines_p10, x_hit_lines_p90, one_line_floor_us_per_request], after one "
-                "memory_limit line (store size, "
+                "memory_limit line (store size, the bytes of lines a cycle of single lookups "
+                "reads and the L3 size the CPU reports, "
                 "dependent and independent random-read ns, the independent reads on two threads at "
                 "once, a hit's lines read independently per key; independent reads are the fastest "
                 "of plain loads and loads prefetched ahead into L1 or L2, each given). Lookup rows "

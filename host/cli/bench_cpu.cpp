@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "host/block_index_table.hpp"
 #include "host/cli/bench.hpp"
 #include "prefixhit/detail/index_capacity.hpp"
@@ -193,6 +195,21 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     for (std::int64_t r = 0; r < requests; ++r) {
       coordinator.find_longest_cache_hit(request_hashes(r), max_length, recorder);
     }
+  }
+  {
+    constexpr std::uintptr_t kLineBytes = 64;
+    std::vector<std::uintptr_t> caller_lines;
+    caller_lines.reserve(probed.size());
+    for (const BlockDigest* d : probed) {
+      caller_lines.push_back(reinterpret_cast<std::uintptr_t>(d) / kLineBytes);
+    }
+    std::sort(caller_lines.begin(), caller_lines.end());
+    const auto distinct = static_cast<std::uint64_t>(
+        std::unique(caller_lines.begin(), caller_lines.end()) - caller_lines.begin());
+    context.cycle_line_bytes =
+        (distinct + 2 * static_cast<std::uint64_t>(probed.size())) * kLineBytes;
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    context.l3_bytes = l3 > 0 ? static_cast<std::uint64_t>(l3) : 0;
   }
   LimitBuffer limit_buffer(context.store_bytes, 0x5EED);
   context.limit = limit_buffer.measure(probed);

@@ -199,6 +199,13 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   }
   const std::size_t row = o.output.find("\"op\":\"lookup_full_store\"");
   const std::size_t line_start = o.output.rfind('{', row);
+  // A cycle's lines: a header and a digest line per key of each of the 2 requests, plus the
+  // caller digests' lines (at most one per key).
+  const double cycle_keys = 2 * number_after("keys_per_call", line_start);
+  const double cycle_bytes = number_after("cycle_line_bytes", limit_start);
+  EXPECT_GE(cycle_bytes, cycle_keys * 2 * 64 + 64) << o.output;
+  EXPECT_LE(cycle_bytes, cycle_keys * 3 * 64) << o.output;
+  EXPECT_GE(number_after("l3_bytes", limit_start), 0.0);
   EXPECT_GE(number_after("limit_turns", line_start), 1.0);
   const double x = number_after("x_hit_lines", line_start);
   EXPECT_GT(x, 0.0);
