@@ -110,9 +110,9 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
   std::printf(
       "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
       "%lld stored requests, whose hashes lie on %s pages; a cycle reads %.1f MiB of lines (the "
-      "caller's digests, and a header and a digest line per key) against a %s L3: a cycle that "
-      "fits there stays partly cached, and its lookups miss less than lookups of new prompts "
-      "(raise --requests)\n"
+      "caller's digests, and a header and a digest line per key) against the L3 the CPU reports, "
+      "%s (a VM's share may be smaller): a cycle that fits there stays partly cached, and its "
+      "lookups miss less than lookups of new prompts (raise --requests)\n"
       "# memory limit over a %.1f MiB buffer (thread CPU time): dependent random read %.1f ns, "
       "independent %.2f ns (%.1f reads in flight; the fastest of plain loads, %.2f ns, loads "
       "prefetched ahead into L1, %.2f ns, and into L2, %.2f ns); two threads at once: %.2f ns "
