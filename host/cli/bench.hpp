@@ -159,9 +159,10 @@ struct CpuBenchContext {
   std::uint64_t store_slots = 0;
   std::uint64_t store_bytes = 0;
   std::int64_t cycled_requests = 0;
-  /// The lines one cycle of single full-store lookups reads: the caller digests' distinct lines,
-  /// and a header and a digest line per probed key. Where this fits in the L3, a cycle's lines
-  /// stay partly cached and the lookups miss less than lookups of ever-new prompts would.
+  /// The lines one cycle of single full-store lookups reads: the caller digests' distinct lines
+  /// (both of a digest that straddles two), and a header and a digest line per probed key. Where
+  /// this fits in the L3, a cycle's lines stay partly cached and the lookups miss less than lookups
+  /// of ever-new prompts would.
   std::uint64_t cycle_line_bytes = 0;
   std::uint64_t l3_bytes = 0;     // as the CPU reports it (0: unknown); a VM may get less of it
   bool huge_page_hashes = false;  // the requests' hashes on 2 MiB pages (else malloc's 4 KiB)

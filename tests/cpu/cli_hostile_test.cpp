@@ -200,7 +200,7 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   const std::size_t row = o.output.find("\"op\":\"lookup_full_store\"");
   const std::size_t line_start = o.output.rfind('{', row);
   // A cycle's lines: a header and a digest line per key of each of the 2 requests, plus the
-  // caller digests' lines (at most one per key).
+  // caller digests' lines (at most one per key: on 2 MiB pages the digests never straddle two).
   const double cycle_keys = 2 * number_after("keys_per_call", line_start);
   const double cycle_bytes = number_after("cycle_line_bytes", limit_start);
   EXPECT_GE(cycle_bytes, cycle_keys * 2 * 64 + 64) << o.output;
