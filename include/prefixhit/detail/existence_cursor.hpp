@@ -4,7 +4,8 @@
 // indices, `first, first+step, ...` (step may be negative), at most 64 at a time:
 //
 //   struct Probe {
-//     static constexpr int kFirstWindow = ...;  // bits asked for by the first refill
+//     static constexpr int kFirstWindow = ...;  // bits asked for by the first refill, unless
+//                                               // the finder hints its scan's reads
 //     static constexpr int kMaxWindow = ...;    // later refills double up to this (<= 64)
 //     // bit k set iff every member of spec group `sg` holds hashes[first + k*step]
 //     PREFIXHIT_HD std::uint64_t window(int sg, std::int64_t first, std::int64_t step,
@@ -42,9 +43,19 @@ struct HasWindowLimit<Probe, decltype(void(std::declval<const Probe&>().window_l
 template <class Probe>
 class ExistenceCursor {
  public:
+  /// `first_window`: the bits the first refill asks for, when the finder knows how many items
+  /// its scan reads if every one is present (clamped to [1, kMaxWindow]); by default
+  /// Probe::kFirstWindow. Later refills double from it.
   PREFIXHIT_HD ExistenceCursor(const Probe& probe, int sg, std::int64_t base, std::int64_t step,
-                               std::int64_t limit)
-      : probe_(probe), sg_(sg), base_(base), step_(step), limit_(limit) {}
+                               std::int64_t limit, std::int64_t first_window = Probe::kFirstWindow)
+      : probe_(probe),
+        sg_(sg),
+        base_(base),
+        step_(step),
+        limit_(limit),
+        next_len_(first_window < 1                   ? 1
+                  : first_window > Probe::kMaxWindow ? Probe::kMaxWindow
+                                                     : static_cast<int>(first_window)) {}
 
   /// Whether item k (0 <= k < limit) exists. Inlined into the scan loops: on the host the
   /// refill stays out of line, so the common case (the bit is in the window) is a few
@@ -110,7 +121,7 @@ class ExistenceCursor {
   std::int64_t limit_;
   std::int64_t window_start_ = 0;
   int window_len_ = 0;
-  int next_len_ = Probe::kFirstWindow;
+  int next_len_;
   std::uint64_t bits_ = 0;
 };
 

@@ -26,6 +26,21 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int6
   hit.num_placeholders = min64(hit.num_placeholders, hit.num_blocks);
 }
 
+/// How many blocks a scan from block total-1 down passes over before the first block whose
+/// streak may end on the alignment `a`: block i may start one iff (i + edge_offset) * b is a
+/// multiple of a (always when b == a). Counts at most 64 (a cursor window's most).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t unaligned_top_blocks(std::int64_t total,
+                                                                     std::int64_t b, std::int64_t a,
+                                                                     std::int64_t edge_offset) {
+  std::int64_t j = 0;
+  if (b != a) {
+    while (j < total && j < 64 && floor_mod((total - 1 - j + edge_offset) * b, a) != 0) {
+      ++j;
+    }
+  }
+  return j;
+}
+
 /// Blocks the full-attention walk of spec group `sg` may read under bound `max_len`.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t full_attention_max_blocks(const LookupPlan& plan,
                                                                           int sg, std::int64_t n,
@@ -100,8 +115,11 @@ PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::
   std::int64_t run = 0;
   bool found = false;
   if (total > 0) {
-    // Scan from the last block down; item k is block total-1-k.
-    ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
+    // Scan from the last block down; item k is block total-1-k. Where every block is held the
+    // scan reads the unaligned top blocks and then `need` more: its first window asks for just
+    // those (not the probe's default 8), so a full store costs one window of the keys it needs.
+    const std::int64_t first_window = unaligned_top_blocks(total, b, a, drop ? 0 : 1) + need;
+    ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total, first_window);
     for (std::int64_t i = total - 1; i >= 0; --i) {
       if (run == 0 && b != a) {
         const std::int64_t edge = drop ? i : i + 1;
@@ -218,7 +236,10 @@ PREFIXHIT_HD ErrorKind find_mamba(const LookupPlan& plan, int sg, std::int64_t n
   if (total <= 0) {
     return ErrorKind::ok;
   }
-  ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total);
+  // The scan stops at the first held candidate: where the last one is held, it reads the
+  // unaligned top blocks and that one.
+  ExistenceCursor<Probe> cursor(probe, sg, total * s - 1, -s, total,
+                                unaligned_top_blocks(total, b, a, 1) + 1);
   for (std::int64_t i = total - 1; i >= 0; --i) {
     if (b != a && floor_mod((i + 1) * b, a) != 0) {
       continue;  // not a candidate whether or not held: its bit is not read

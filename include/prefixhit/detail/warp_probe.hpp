@@ -97,10 +97,11 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t lane_round_bits(
 
 /// A Probe (see finders.hpp) that answers windows warp-wide.
 ///
-/// Windows start at kFirstWindow bits and double up to kMaxWindow (32 or 64): a lane probes one
-/// key per 32 bits of window, so a 64-bit window costs one round trip for two keys per lane.
-/// The first window of a backward window scan (which usually stops after a few blocks) stays at
-/// one key per lane.
+/// Windows start at kFirstWindow bits (or at the blocks a sliding-window or Mamba scan reads
+/// on a full store, which the finder hints) and double up to kMaxWindow (32 or 64): a lane
+/// probes one key per 32 bits of window, so a 64-bit window costs one round trip for two keys
+/// per lane. The first window of a backward window scan (which usually stops after a few
+/// blocks) stays at one key per lane.
 ///
 /// Lookahead: once the finder asks for full kMaxWindow windows (a long walk, such as full
 /// attention over a long prompt), each probe round also answers the next Lookahead windows of
