@@ -151,7 +151,12 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w
                                                                  std::uint64_t w2, std::uint64_t w3,
                                                                  std::uint64_t meta,
                                                                  const IndexHashKey& secret) {
-  const std::uint64_t a = fold_multiply(w0 ^ secret.k[0], w1 ^ secret.k[1]);
+  std::uint64_t a = fold_multiply(w0 ^ secret.k[0], w1 ^ secret.k[1]);
+#if !PREFIXHIT_DEVICE_CODE && defined(__GNUC__)
+  // Folds the first product before the second multiply: otherwise GCC reassociates the four
+  // halves' xor and, short of registers in the lookup loops, spills both halves to the stack.
+  __asm__("" : "+r"(a));
+#endif
   const std::uint64_t b = fold_multiply(w2 ^ secret.k[2] ^ (meta << 32 | meta), w3 ^ secret.k[3]);
   std::uint64_t h = a ^ b;
   h ^= h >> 32;
