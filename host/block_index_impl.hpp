@@ -124,10 +124,10 @@ struct BlockIndex::Impl {
 
   // The probe pipelines (lookup_stream, erase_many): a key's header is requested kTagAhead keys
   // before it is matched, its digest kSlotAhead keys before it is compared; kRing holds them.
-  static constexpr std::size_t kTagAhead = 10;
-  static constexpr std::size_t kSlotAhead = 10;
+  static constexpr std::size_t kTagAhead = 16;
+  static constexpr std::size_t kSlotAhead = 16;
   static constexpr std::size_t kLead = kTagAhead + kSlotAhead;
-  static constexpr std::size_t kRing = 32;  // > kLead, a power of two
+  static constexpr std::size_t kRing = 64;  // > kLead, a power of two
   static_assert(kLead < kRing, "ring too small");
 
   /// Answers the keys key_at(0 .. n-1) (KeyRef) through emit(i, found), in order, as a software
@@ -166,7 +166,7 @@ struct BlockIndex::Impl {
     // the tests (steps kLead .. n-kLead-1); the warm-up and the drain test each stage.
     const auto checked_step = [&](std::size_t i) {
       if (i + kLead < n) {
-        cpu_index::prefetch(key_at(i + kLead).digest);  // Stage 0: the caller's digest
+        cpu_index::prefetch_digest(key_at(i + kLead).digest);  // Stage 0: the caller's digest
       }
       if (i < n) {
         hash_stage(i);
@@ -185,7 +185,7 @@ struct BlockIndex::Impl {
       checked_step(i);
     }
     for (; i < steady_end; ++i) {
-      cpu_index::prefetch(key_at(i + kLead).digest);
+      cpu_index::prefetch_digest(key_at(i + kLead).digest);
       hash_stage(i);
       match_stage(i - kTagAhead);
       compare_stage(i - kLead);
