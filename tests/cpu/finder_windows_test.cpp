@@ -72,6 +72,27 @@ TEST(FinderWindows, FirstWindowHintSizesTheFirstRefillAndLaterOnesDouble) {
   EXPECT_EQ(calls.size(), 5U);
 }
 
+TEST(FinderWindows, UnalignedTopBlocksAreTheBlocksAScanPassesOver) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const std::int64_t sizes[] = {1, 2, 3, 4, 8, 12, 16, 48, 64, 256, 1024};
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::int64_t b = sizes[rng.uniform(0, 10)];
+    const std::int64_t a = sizes[rng.uniform(0, 10)];
+    const std::int64_t total = rng.uniform(1, 300);
+    const std::int64_t edge_offset = rng.uniform(0, 1);
+    // The definition: walk down from block total-1 while no streak may start there.
+    std::int64_t passed = 0;
+    while (passed < total && passed < 64 &&
+           detail::floor_mod((total - 1 - passed + edge_offset) * b, a) != 0) {
+      ++passed;
+    }
+    ASSERT_EQ(detail::unaligned_top_blocks(total, b, a, edge_offset), passed)
+        << "total " << total << ", b " << b << ", a " << a << ", edge offset " << edge_offset;
+  }
+}
+
 TEST(FinderWindows, FullStoreWindowScansTakeOneWindowAndMatchKeyAtATimeLookups) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

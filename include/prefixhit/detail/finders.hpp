@@ -28,17 +28,19 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int6
 
 /// How many blocks a scan from block total-1 down passes over before the first block whose
 /// streak may end on the alignment `a`: block i may start one iff (i + edge_offset) * b is a
-/// multiple of a (always when b == a). Counts at most 64 (a cursor window's most).
+/// multiple of a, that is iff i + edge_offset is a multiple of a / gcd(a, b) (every block when b
+/// is a multiple of a). At most total, and at most 64 (a cursor window's most).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t unaligned_top_blocks(std::int64_t total,
                                                                      std::int64_t b, std::int64_t a,
                                                                      std::int64_t edge_offset) {
-  std::int64_t j = 0;
-  if (b != a) {
-    while (j < total && j < 64 && floor_mod((total - 1 - j + edge_offset) * b, a) != 0) {
-      ++j;
-    }
+  std::int64_t x = a;
+  std::int64_t y = b;
+  while (y != 0) {  // gcd(a, b): block sizes are powers of two in practice, so a step or two
+    const std::int64_t r = x % y;
+    x = y;
+    y = r;
   }
-  return j;
+  return min64(min64(floor_mod(total - 1 + edge_offset, a / x), total), 64);
 }
 
 /// Blocks the full-attention walk of spec group `sg` may read under bound `max_len`.
