@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/random_cases.hpp"
+#include "host/probes.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/detail/existence_cursor.hpp"
 #include "prefixhit/detail/finders.hpp"
@@ -38,7 +39,7 @@ struct FullStoreProbe {
 
   std::uint64_t window(int sg, std::int64_t first, std::int64_t step, int count) const {
     calls->push_back({sg, first, step, count});
-    return count >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << count) - 1;
+    return detail::low_bits(count);
   }
 };
 
