@@ -292,10 +292,24 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
   const std::uint32_t meta =
       detail::pack_meta(ns_, group_id, detail::digest_width_code(digest_size_));
   const int n = count > 64 ? 64 : count;
-  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex, std::defer_lock);
+  if (!held_) {
+    lock.lock();
+  }
   return impl.lookup_window(n, [&](int k) {
     return Impl::KeyRef{hashes + first + k * step, meta};
   });
+}
+
+void BlockIndex::View::run_lookup(const LookupBody& lookup) const {
+  if (held_ || !index_->impl_) {
+    lookup(*this);  // already under the lock, or a moved-from index (every probe answers 0)
+    return;
+  }
+  const std::shared_lock<std::shared_mutex> lock(index_->impl_->mutex);
+  View held = *this;
+  held.held_ = true;
+  lookup(held);
 }
 
 bool BlockIndex::View::prefers_probe_many() const noexcept {
@@ -352,7 +366,10 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     }
   }
   const Impl& impl = *index_->impl_;
-  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex, std::defer_lock);
+  if (!held_) {
+    lock.lock();
+  }
   impl.lookup_stream(
       refs.size(), [&](std::size_t i) { return refs[i].key; },
       [&](std::size_t i, bool found) {

@@ -35,13 +35,42 @@ struct GroupKeyHash {
   }
 };
 
+using GroupKeys = std::unordered_set<GroupKey, GroupKeyHash>;
+
+std::uint64_t probe_keys(const GroupKeys& keys, int group_id, const BlockDigest* hashes,
+                         std::int64_t first, std::int64_t step, int count) {
+  std::uint64_t bits = 0;
+  for (int k = 0; k < count; ++k) {
+    if (keys.count(GroupKey{group_id, hashes[first + k * step]}) != 0) {
+      bits |= std::uint64_t{1} << k;
+    }
+  }
+  return bits;
+}
+
+/// KeySet::run_lookup's twin: probes the keys under the shared lock its caller holds.
+class HeldKeys final : public ExistenceSource {
+ public:
+  HeldKeys(const GroupKeys& keys, std::size_t digest_size)
+      : keys_(keys), digest_size_(digest_size) {}
+  std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
+                      std::int64_t step, int count) const override {
+    return probe_keys(keys_, group_id, hashes, first, step, count);
+  }
+  std::size_t digest_size() const noexcept override { return digest_size_; }
+
+ private:
+  const GroupKeys& keys_;
+  std::size_t digest_size_;
+};
+
 }  // namespace
 
 struct KeySet::Impl {
   // Readers (probes, contains) share it; insert and clear take it exclusively, so a KeySet
   // written from one thread while another looks it up is safe (see existence.hpp).
   mutable std::shared_mutex mutex;
-  std::unordered_set<GroupKey, GroupKeyHash> keys;
+  GroupKeys keys;
 };
 
 KeySet::KeySet(std::size_t digest_size)
@@ -76,15 +105,14 @@ void KeySet::clear() noexcept {
 
 std::uint64_t KeySet::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                             std::int64_t step, int count) const {
-  // One shared lock per window: each window sees one state of the set.
+  // One shared lock per window outside run_lookup: each window sees one state of the set.
   const std::shared_lock<std::shared_mutex> lock(impl_->mutex);
-  std::uint64_t bits = 0;
-  for (int k = 0; k < count; ++k) {
-    if (impl_->keys.count(GroupKey{group_id, hashes[first + k * step]}) != 0) {
-      bits |= std::uint64_t{1} << k;
-    }
-  }
-  return bits;
+  return probe_keys(impl_->keys, group_id, hashes, first, step, count);
+}
+
+void KeySet::run_lookup(const LookupBody& lookup) const {
+  const std::shared_lock<std::shared_mutex> lock(impl_->mutex);
+  lookup(HeldKeys(impl_->keys, digest_size_));
 }
 
 }  // namespace prefixhit

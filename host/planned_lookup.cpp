@@ -126,10 +126,8 @@ struct Scratch {
 /// replay) and three around a hole.
 constexpr int kMaxPasses = 4;
 
-}  // namespace
-
-void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
-                         PlannedLookup* lookups, std::size_t count) {
+void run_planned_lookups_on(const LookupPlan& plan, const ExistenceSource& store,
+                            PlannedLookup* lookups, std::size_t count) {
   if (!store.prefers_probe_many()) {
     for (std::size_t r = 0; r < count; ++r) {
       const PlannedLookup& lookup = lookups[r];
@@ -216,6 +214,15 @@ void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
       memo.done = memo.done || memo.confirmed;
     }
   }
+}
+
+}  // namespace
+
+void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
+                         PlannedLookup* lookups, std::size_t count) {
+  // One run_lookup per call: a View takes its lock once for the whole set of lookups.
+  store.run_lookup(
+      [&](const ExistenceSource& source) { run_planned_lookups_on(plan, source, lookups, count); });
 }
 
 }  // namespace prefixhit::detail

@@ -52,8 +52,9 @@ struct BlockIndexOptions {
 /// Thread safety: any number of concurrent readers and writers. Every call takes one internal
 /// reader-writer lock once (bulk writes exclusively, reads shared), so a bulk call is atomic:
 /// readers see all of it or none of it, and a failed call (bad argument, capacity) applies
-/// nothing. View::probe takes the shared lock once per window. Moving or destroying an index
-/// while other threads use it is not allowed.
+/// nothing. A lookup through a View takes the shared lock once (View::run_lookup), so it sees
+/// one state of the index; a View::probe called directly takes it once per window. Moving or
+/// destroying an index while other threads use it is not allowed.
 class BlockIndex {
  public:
   BlockIndex();
@@ -122,11 +123,15 @@ class BlockIndex {
     /// their probe set up front through probe_many. A smaller table answers from cache, where
     /// the window-by-window probes cost less CPU (and stop at a hole).
     bool prefers_probe_many() const noexcept override;
+    /// Holds the index's shared lock for the whole lookup and passes a twin of this view that
+    /// probes under it: inserts and erases wait for the lookup, which sees one state of the index.
+    void run_lookup(const LookupBody& lookup) const override;
 
    private:
     const BlockIndex* index_;
     Namespace ns_;
     std::size_t digest_size_;
+    bool held_ = false;  // the twin of run_lookup: its caller holds the shared lock
   };
   View view(Namespace ns, std::size_t digest_size = BlockDigest::kSize) const {
     return View(*this, ns, digest_size);

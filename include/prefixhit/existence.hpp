@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "prefixhit/types.hpp"
@@ -18,6 +19,24 @@ struct ProbeWindow {
   std::int64_t step;
   int group_id;
   int count;
+};
+
+class ExistenceSource;
+
+/// The work of one lookup, for ExistenceSource::run_lookup: a non-owning reference to a callable
+/// that takes the source to probe. It must not outlive the callable it refers to.
+class LookupBody {
+ public:
+  template <class F, std::enable_if_t<!std::is_same_v<std::decay_t<F>, LookupBody>, int> = 0>
+  LookupBody(const F& body) noexcept  // NOLINT(google-explicit-constructor): a lambda converts
+      : body_(&body), call_([](const void* b, const ExistenceSource& source) {
+          (*static_cast<const F*>(b))(source);
+        }) {}
+  void operator()(const ExistenceSource& source) const { call_(body_, source); }
+
+ private:
+  const void* body_;
+  void (*call_)(const void*, const ExistenceSource&);
 };
 
 /// The store as a lookup sees it. Implementations: KeySet (a caller-supplied set), the resident
@@ -55,6 +74,13 @@ class ExistenceSource {
                      windows[w].count);
     }
   }
+
+  /// Runs `lookup` once, passing the source its probes should use. Every lookup (one request, or
+  /// one chunk of a batch) runs inside one call, so a source whose probes each take a lock can
+  /// take it once here and pass a twin that probes under it (BlockIndex::View and KeySet do):
+  /// the lookup then sees the store as of one instant, and a lookup of a cached table is not
+  /// paced by a lock's barriers per window. The default passes this source.
+  virtual void run_lookup(const LookupBody& lookup) const { lookup(*this); }
 };
 
 /// A caller-supplied set of (group id, key) pairs: the store content of a conformance vector, or
@@ -63,9 +89,9 @@ class ExistenceSource {
 ///
 /// Hashing: all 32 digest bytes and the group id, under a secret drawn once per process, so
 /// crafted digests cannot flood one bucket. Thread safety: any number of concurrent readers and
-/// writers; an internal reader-writer lock is taken once per call (once per probe window), so a
-/// lookup running while another thread inserts sees each window whole, either before or after
-/// each insert. Moving or destroying a KeySet while other threads use it is not allowed.
+/// writers; an internal reader-writer lock is taken once per call, and once for a whole lookup
+/// (run_lookup), so a lookup running while another thread inserts sees the set either before or
+/// after each insert. Moving or destroying a KeySet while other threads use it is not allowed.
 class KeySet final : public ExistenceSource {
  public:
   /// Throws InvalidArgument unless digest_size is 8, 16 or 32.
@@ -87,6 +113,8 @@ class KeySet final : public ExistenceSource {
   std::uint64_t probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                       std::int64_t step, int count) const override;
   std::size_t digest_size() const noexcept override { return digest_size_; }
+  /// Holds the set's shared lock for the whole lookup (inserts wait for it).
+  void run_lookup(const LookupBody& lookup) const override;
 
  private:
   std::size_t digest_size_ = BlockDigest::kSize;

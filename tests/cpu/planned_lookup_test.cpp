@@ -10,6 +10,7 @@
 
 #include "host/probes.hpp"
 #include "host/vectors/conformance.hpp"
+#include "planned_path.hpp"
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/detail/finders.hpp"
@@ -19,6 +20,7 @@
 namespace prefixhit {
 namespace {
 
+using testing::PlannedPathForAllTables;
 using testing::random_config;
 using testing::random_digest;
 using testing::random_hashes;
@@ -125,18 +127,6 @@ void expect_same(const LookupResult& actual, const LookupResult& expected, int t
         << "trial " << trial << " group " << g;
   }
 }
-
-/// Sends every resident-index lookup of a test through the planned path (small tables
-/// otherwise probe window by window), and restores the threshold afterwards.
-class PlannedPathForAllTables {
- public:
-  PlannedPathForAllTables() { detail::set_planned_lookup_min_bytes(0); }
-  ~PlannedPathForAllTables() {
-    detail::set_planned_lookup_min_bytes(detail::kPlannedLookupMinBytes);
-  }
-  PlannedPathForAllTables(const PlannedPathForAllTables&) = delete;
-  PlannedPathForAllTables& operator=(const PlannedPathForAllTables&) = delete;
-};
 
 TEST(PlannedLookup, OnlyALargeResidentIndexAsksForTheWholeProbeSet) {
   BlockIndex small;
