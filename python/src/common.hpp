@@ -263,7 +263,9 @@ class PyContainsSource final : public ExistenceSource {
 
 /// A native store probed with a lazily read hash list: fetches (converts) every digest a probe
 /// asks for, holding the GIL, then asks the store. A bad item stops further probing; `check()`
-/// re-raises its Python error.
+/// re-raises its Python error. It keeps the default run_lookup: the store's lock is taken per
+/// probe, never held while a conversion may run Python code (KeySet.add waits for the lock
+/// holding the GIL, so holding it here could deadlock).
 class LazyDigestSource final : public ExistenceSource {
  public:
   /// `positional`: the store reads hashes by their index in the request (PlanAnswers), so each
