@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -111,6 +112,73 @@ def test_concurrent_readers_and_writers() -> None:
         t.join()
     assert not errors
     assert len(index) == 4000
+
+
+def test_a_lookup_sees_one_state_of_the_index(seed: int) -> None:
+    """A writer moves a prompt's keys between two states, each in one call, while lookups run:
+    every lookup (single, and each request of a batch) answers for one of the two states. A
+    lookup that took the index's lock per window could see both, and report a hit that neither
+    state gives."""
+    rng = random.Random(seed)
+    spec = {"num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16"}
+    coord = prefixhit.Coordinator(
+        [
+            dict(spec, kind="full_attention", block_size=16),
+            dict(spec, kind="sliding_window", block_size=16, sliding_window=64),
+        ],
+        16,
+        16,
+        use_eagle=False,
+    )
+    n = 600
+    hashes = keys_array(n, seed)
+    h = rng.randrange(n // 4, 3 * n // 4)
+    # State B lacks the full-attention keys from block h on and the window keys from h - 6 on;
+    # state A holds every key.
+    b_groups = np.array([0] * h + [1] * (h - 6), dtype=np.int32)
+    b_keys = np.concatenate([hashes[:h], hashes[: h - 6]])
+    missing_groups = np.array([0] * (n - h) + [1] * (n - h + 6), dtype=np.int32)
+    missing_keys = np.concatenate([hashes[h:], hashes[h - 6 :]])
+
+    def hit_of(*parts: tuple[np.ndarray, np.ndarray]) -> int:
+        index = prefixhit.BlockIndex()
+        for groups, keys in parts:
+            index.insert(groups, keys)
+        return coord.find_longest_cache_hit_length(hashes, n * 16, index, apply_eagle=False)
+
+    state_a = hit_of((b_groups, b_keys), (missing_groups, missing_keys))
+    state_b = hit_of((b_groups, b_keys))
+    assert state_a == n * 16 and state_b < h * 16
+
+    index = prefixhit.BlockIndex(initial_capacity=4 * 2 * n)  # no rehash while flipping
+    index.insert(b_groups, b_keys)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            index.insert(missing_groups, missing_keys)
+            index.erase(missing_groups, missing_keys)
+
+    writer = threading.Thread(target=flip)
+    writer.start()
+    seen: list[int] = []
+    try:
+        offsets = np.arange(5, dtype=np.int64) * n
+        batch_digests = np.concatenate([hashes] * 4)
+        deadline = time.monotonic() + 0.4
+        while time.monotonic() < deadline or len(seen) < 200:
+            seen.append(
+                coord.find_longest_cache_hit_length(hashes, n * 16, index, apply_eagle=False)
+            )
+            result = coord.find_longest_cache_hits(
+                batch_digests, offsets, n * 16, index, apply_eagle=False, num_threads=2
+            )
+            seen.extend(int(x) for x in result.hit_lengths)
+    finally:
+        stop.set()
+        writer.join()
+    others = sorted({x for x in seen} - {state_a, state_b})
+    assert not others, (seed, state_a, state_b, others[:8])
 
 
 @pytest.mark.skipif(gpu_available(), reason="this build has a usable GPU")
