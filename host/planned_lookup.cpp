@@ -6,6 +6,7 @@
 #include "host/probes.hpp"
 #include "host/scratch_pool.hpp"
 #include "prefixhit/detail/finders.hpp"
+#include "prefixhit/errors.hpp"
 
 namespace prefixhit::detail {
 
@@ -221,8 +222,14 @@ void run_planned_lookups_on(const LookupPlan& plan, const ExistenceSource& store
 void run_planned_lookups(const LookupPlan& plan, const ExistenceSource& store,
                          PlannedLookup* lookups, std::size_t count) {
   // One run_lookup per call: a View takes its lock once for the whole set of lookups.
-  store.run_lookup(
-      [&](const ExistenceSource& source) { run_planned_lookups_on(plan, source, lookups, count); });
+  bool ran = false;
+  store.run_lookup([&](const ExistenceSource& source) {
+    run_planned_lookups_on(plan, source, lookups, count);
+    ran = true;
+  });
+  if (!ran) {  // else every answer would be the untouched "no hit"
+    throw InvalidArgument("ExistenceSource::run_lookup returned without running the lookup");
+  }
 }
 
 }  // namespace prefixhit::detail

@@ -79,7 +79,8 @@ class ExistenceSource {
   /// one chunk of a batch) runs inside one call, so a source whose probes each take a lock can
   /// take it once here and pass a twin that probes under it (BlockIndex::View and KeySet do):
   /// the lookup then sees the store as of one instant, and a lookup of a cached table is not
-  /// paced by a lock's barriers per window. The default passes this source.
+  /// paced by a lock's barriers per window. The default passes this source. An override must
+  /// call `lookup` once; returning without calling it makes the lookup throw InvalidArgument.
   virtual void run_lookup(const LookupBody& lookup) const { lookup(*this); }
 };
 

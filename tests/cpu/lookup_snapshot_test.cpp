@@ -16,6 +16,7 @@
 #include "planned_path.hpp"
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
+#include "prefixhit/errors.hpp"
 #include "prefixhit/existence.hpp"
 #include "test_support.hpp"
 
@@ -261,6 +262,32 @@ TEST(LookupSnapshot, EveryLookupRunsInsideOneRunLookupAndProbesTheSourceItIsHand
     EXPECT_LE(source.lookups.load(), static_cast<long>(kRequests)) << threads << " threads";
     EXPECT_EQ(source.outer_probes.load(), 0) << threads << " threads";
   }
+}
+
+/// A source that breaks run_lookup's contract: it returns without running the lookup.
+class SkippingSource final : public ExistenceSource {
+ public:
+  std::uint64_t probe(int /*group_id*/, const BlockDigest* /*hashes*/, std::int64_t /*first*/,
+                      std::int64_t /*step*/, int count) const override {
+    return count >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << count) - 1;
+  }
+  void run_lookup(const LookupBody& /*lookup*/) const override {}
+};
+
+TEST(LookupSnapshot, ARunLookupThatSkipsTheLookupIsAnErrorNotAMiss) {
+  std::mt19937_64 rng(test_seed());
+  const Coordinator coordinator(full_attention_config());
+  const auto hashes = random_hashes(rng, 8);
+  const SkippingSource source;
+  EXPECT_THROW(coordinator.find_longest_cache_hit(hashes, full_length(hashes), source, false),
+               InvalidArgument);
+  const std::vector<std::int64_t> offsets{0, 8};
+  const std::vector<std::int64_t> max_lengths{full_length(hashes)};
+  LookupBatch batch;
+  batch.digests = hashes;
+  batch.offsets = offsets;
+  batch.max_lengths = max_lengths;
+  EXPECT_THROW(coordinator.find_longest_cache_hits(batch, source), InvalidArgument);
 }
 
 }  // namespace
