@@ -282,6 +282,16 @@ void BlockIndex::for_each_key(
   }
 }
 
+namespace {
+
+/// A view's shared lock: taken here, or not at all for run_lookup's twin, whose caller holds it.
+std::shared_lock<std::shared_mutex> shared_unless_held(std::shared_mutex& mutex, bool held) {
+  return held ? std::shared_lock<std::shared_mutex>(mutex, std::defer_lock)
+              : std::shared_lock<std::shared_mutex>(mutex);
+}
+
+}  // namespace
+
 std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, std::int64_t first,
                                       std::int64_t step, int count) const {
   if (count <= 0 || hashes == nullptr || !detail::valid_group(group_id) ||
@@ -292,10 +302,7 @@ std::uint64_t BlockIndex::View::probe(int group_id, const BlockDigest* hashes, s
   const std::uint32_t meta =
       detail::pack_meta(ns_, group_id, detail::digest_width_code(digest_size_));
   const int n = count > 64 ? 64 : count;
-  std::shared_lock<std::shared_mutex> lock(impl.mutex, std::defer_lock);
-  if (!held_) {
-    lock.lock();
-  }
+  const std::shared_lock<std::shared_mutex> lock = shared_unless_held(impl.mutex, held_);
   return impl.lookup_window(n, [&](int k) {
     return Impl::KeyRef{hashes + first + k * step, meta};
   });
@@ -366,10 +373,7 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     }
   }
   const Impl& impl = *index_->impl_;
-  std::shared_lock<std::shared_mutex> lock(impl.mutex, std::defer_lock);
-  if (!held_) {
-    lock.lock();
-  }
+  const std::shared_lock<std::shared_mutex> lock = shared_unless_held(impl.mutex, held_);
   impl.lookup_stream(
       refs.size(), [&](std::size_t i) { return refs[i].key; },
       [&](std::size_t i, bool found) {

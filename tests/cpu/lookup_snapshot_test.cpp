@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/probes.hpp"
 #include "planned_path.hpp"
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
@@ -269,7 +270,7 @@ class SkippingSource final : public ExistenceSource {
  public:
   std::uint64_t probe(int /*group_id*/, const BlockDigest* /*hashes*/, std::int64_t /*first*/,
                       std::int64_t /*step*/, int count) const override {
-    return count >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << count) - 1;
+    return detail::low_bits(count);
   }
   void run_lookup(const LookupBody& /*lookup*/) const override {}
 };
