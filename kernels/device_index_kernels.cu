@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(256)
         if (empty == 0) {
           break;
         }
-        const int lane = detail::lowest_bit(empty);
+        const int lane = detail::first_lane_from(empty, place.lane);
         const int word = lane >> 2;
         const unsigned int shift = static_cast<unsigned int>(lane & 3) * 8U;
         unsigned int* word_ptr = tag_word_ptr(header, lane);

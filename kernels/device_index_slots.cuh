@@ -131,8 +131,9 @@ __device__ __forceinline__ bool coherent_slot_equal(const DeviceTable& t, std::u
 /// writes digest and meta (the meta word in the header, beside the tags), then publishes the real
 /// tag (release). A thread that sees a busy slot
 /// waits for it to be published before deciding, and a failed CAS re-reads the bucket. Two
-/// threads with the same key follow the same probe sequence and take the lowest empty slot of a
-/// bucket, so the second always sees the first one's busy or published slot: a key is stored once.
+/// threads with the same key follow the same probe sequence and take the same empty slot of a
+/// bucket (the first from the key's preferred lane), so the second always sees the first one's
+/// busy or published slot: a key is stored once.
 /// Slots never return to empty during an insert, so a bucket seen without empties stays so.
 __device__ inline int insert_key(const DeviceTable& t, const SlotKey& key, const SlotPlace& place) {
   for (std::uint64_t i = 0; i <= t.bucket_mask; ++i) {
@@ -158,7 +159,7 @@ __device__ inline int insert_key(const DeviceTable& t, const SlotKey& key, const
       if (empty == 0) {
         break;  // full: the key is not in this bucket and goes further along the sequence
       }
-      const int lane = detail::lowest_bit(empty);
+      const int lane = detail::first_lane_from(empty, place.lane);
       const int word = lane >> 2;
       const unsigned int shift = static_cast<unsigned int>(lane & 3) * 8U;
       unsigned int* word_ptr = tag_word_ptr(header, lane);

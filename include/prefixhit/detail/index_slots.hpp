@@ -63,12 +63,13 @@ struct alignas(64) BucketHeader {
 };
 static_assert(sizeof(BucketHeader) == 64, "a bucket header is one cache line");
 
-/// Where a key goes: its hash, tag, home bucket and probe stride.
+/// Where a key goes: its hash, tag, home bucket, probe stride and preferred lane.
 struct SlotPlace {
   std::uint64_t hash;
   std::uint64_t bucket;
   std::uint64_t stride;
   std::uint8_t tag;
+  std::uint8_t lane;
 };
 
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool valid_namespace(std::uint32_t ns) {
@@ -193,9 +194,17 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool is_live_tag(std::uint8_t tag) {
   return tag >= kFirstLiveTag;
 }
 
+/// The lane a key is stored in when its bucket has that lane free (first_lane_from): hash bits
+/// 24-31 mapped onto [0, kBucketSlots). A lookup prefetches this lane's digest line together with
+/// the header, so a hit usually needs one round trip to memory, not the header's and then the
+/// digest's. Only a hint: the tags and the full compare still decide.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE int preferred_lane(std::uint64_t hash) {
+  return static_cast<int>((((hash >> 24) & 0xFFU) * kBucketSlots) >> 8);
+}
+
 /// `bucket_mask` = bucket count - 1 (a power of two). The home bucket uses the low hash bits,
-/// the stride the bits from 32 up and the tag the top byte, so the three are independent for
-/// tables below 2^24 buckets.
+/// the preferred lane bits 24-31, the stride the bits from 32 up and the tag the top byte, so
+/// the four are independent for tables below 2^24 buckets.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotPlace place_of(std::uint64_t hash,
                                                       std::uint64_t bucket_mask) {
   SlotPlace place;
@@ -206,6 +215,7 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotPlace place_of(std::uint64_t hash,
     place.stride = 1;  // one-bucket table
   }
   place.tag = tag_of(hash);
+  place.lane = static_cast<std::uint8_t>(preferred_lane(hash));
   return place;
 }
 
@@ -282,6 +292,14 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE int lowest_bit(std::uint32_t mask) {
 #else
   return __builtin_ctz(mask);
 #endif
+}
+
+/// The first set lane of `lanes` at or after `start`, wrapping around (lanes != 0). Inserts take
+/// free lanes in this order from the key's preferred lane, so that two inserts of one key (GPU
+/// threads of one batch) still race for the same lane.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE int first_lane_from(std::uint32_t lanes, int start) {
+  const std::uint32_t at_or_after = lanes & (~0U << static_cast<unsigned int>(start));
+  return lowest_bit(at_or_after != 0 ? at_or_after : lanes);
 }
 
 /// Full key compare against a stored digest (as four words) and meta word.
