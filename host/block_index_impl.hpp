@@ -1,7 +1,8 @@
 // The CPU BlockIndex's implementation (internal to host/block_index.cpp): the table, its counts
 // and lock, and the probe, insert and erase pipelines over the slot logic shared with the GPU
-// index (detail/index_slots.hpp). A lookup prefetches a key's header line, decides on its tags
-// and meta words, then prefetches the candidate's digest line.
+// index (detail/index_slots.hpp). A lookup prefetches a key's header line (on large tables with
+// its preferred lane's digest line), decides on its tags and meta words, then prefetches the
+// candidate's digest line (already on its way for most keys).
 #pragma once
 
 #include <algorithm>
@@ -143,10 +144,11 @@ struct BlockIndex::Impl {
 
   /// Answers the keys key_at(0 .. n-1) (KeyRef) through emit(i, found), in order, as a software
   /// pipeline (AMAC-style): in step i the caller's digest of key i+kLead is prefetched, key i is
-  /// hashed and its home bucket's header line prefetched, key i-kTagAhead's header is matched
-  /// (tag and meta) and its first candidate's digest line prefetched, and key i-kLead is
-  /// compared. Stages a fixed distance apart keep a steady number of misses in flight (about
-  /// kTagAhead + kSlotAhead lines); a miss usually needs only the header line.
+  /// hashed and its home bucket's header line and preferred lane's digest line prefetched, key
+  /// i-kTagAhead's header is matched (tag and meta) and its first candidate's digest line
+  /// prefetched (the same line for most keys), and key i-kLead is compared. Stages a fixed
+  /// distance apart keep a steady number of misses in flight; a miss needs only the header line
+  /// (and costs one wasted digest line).
   template <class KeyAt, class Emit>
   void lookup_stream(std::size_t n, const KeyAt& key_at, const Emit& emit) const {
     struct Pending {

@@ -6,7 +6,9 @@
 //                    kBusyTag = GPU insert in flight, or a live tag), 4 spare bytes, and the 12
 //                    slots' meta words (the packed namespace, group id and digest width)
 //   digests[slot]    32 bytes: the full block digest; slot = bucket * kBucketSlots + lane
-// One header line decides a miss (tag and meta); a hit reads the header and the digest.
+// One header line decides a miss (tag and meta); a hit reads the header and the digest. Inserts
+// fill a bucket from the key's preferred lane (bits of its hash), so a lookup can request most
+// hits' digest lines together with the header: one round trip, not two.
 // A key's probe sequence visits buckets b0, b0+s, b0+2s, ... (mod the power-of-two bucket count)
 // with an odd stride s (double hashing), so it visits every bucket once. A lookup stops at the
 // first bucket that still has an empty slot. A hit needs an equal tag, an equal meta word and all
