@@ -166,6 +166,9 @@ struct CpuBenchContext {
   std::uint64_t cycle_line_bytes = 0;
   std::uint64_t l3_bytes = 0;     // as the CPU reports it (0: unknown); a VM may get less of it
   bool huge_page_hashes = false;  // the requests' hashes on 2 MiB pages (else malloc's 4 KiB)
+  /// Each call's request hashes read just before it, outside its timing (else cold: last read a
+  /// cycle of lookups ago).
+  bool hot_hashes = false;
   MemoryLimit limit;
 };
 
