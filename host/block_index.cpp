@@ -282,6 +282,35 @@ void BlockIndex::for_each_key(
   }
 }
 
+BlockIndex::Layout BlockIndex::layout() const {
+  const Impl& impl = live_impl(impl_);
+  std::shared_lock<std::shared_mutex> lock(impl.mutex);
+  const Table& t = impl.table;
+  // Two digests share a 64-byte line: the digest array is line-aligned and a bucket's 12 slots
+  // fill whole lines.
+  constexpr std::uint64_t kDigestsPerLine = 64 / sizeof(BlockDigest);
+  Layout layout;
+  for (std::uint64_t b = 0; b < t.buckets; ++b) {
+    const detail::BucketHeader& header = t.headers.get()[b];
+    for (int lane = 0; lane < kBucketSlots; ++lane) {
+      if (!detail::is_live_tag(header.tags[lane])) {
+        continue;
+      }
+      ++layout.keys;
+      const BlockDigest& digest = t.digests.get()[detail::slot_of(b, lane)];
+      const detail::SlotPlace home = impl.place(detail::make_slot_key(digest, header.metas[lane]));
+      if (home.bucket != b) {
+        continue;
+      }
+      ++layout.in_home_bucket;
+      layout.in_prefetched_line +=
+          static_cast<std::size_t>(detail::slot_of(b, lane) / kDigestsPerLine ==
+                                   detail::slot_of(b, home.lane) / kDigestsPerLine);
+    }
+  }
+  return layout;
+}
+
 namespace {
 
 /// A view's shared lock: taken here, or not at all for run_lookup's twin, whose caller holds it.

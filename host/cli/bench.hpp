@@ -156,6 +156,9 @@ class LimitBuffer {
 /// The store and the memory limit the CPU rows are measured against.
 struct CpuBenchContext {
   std::uint64_t store_keys = 0;
+  /// The share of keys in the digest line a lookup prefetches with their header (one round
+  /// trip to memory for a hit; BlockIndex::layout()).
+  double in_prefetched_line = 0;
   std::uint64_t store_slots = 0;
   std::uint64_t store_bytes = 0;
   std::int64_t cycled_requests = 0;

@@ -86,6 +86,7 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"op", "memory_limit"},
                            {"store_keys", c.store_keys},
                            {"store_slots", c.store_slots},
+                           {"keys_in_prefetched_line", c.in_prefetched_line},
                            {"store_bytes", c.store_bytes},
                            {"cycled_requests", c.cycled_requests},
                            {"cycle_line_bytes", c.cycle_line_bytes},
@@ -110,7 +111,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
   const std::string l3 =
       c.l3_bytes > 0 ? std::to_string(c.l3_bytes >> 20) + " MiB" : std::string("(size unknown)");
   std::printf(
-      "# %s store: %llu keys resident in %llu slots (%.1f MiB); single lookups cycle through "
+      "# %s store: %llu keys resident in %llu slots (%.1f MiB), %.1f%% of them in the digest "
+      "line a lookup prefetches with their header; single lookups cycle through "
       "%lld stored requests, whose hashes lie on %s pages and are %s; a cycle reads %.1f MiB of "
       "lines (%s) against the L3 the CPU reports, "
       "%s (a VM's share may be smaller): a cycle that fits there stays partly cached, and its "
@@ -125,8 +127,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       "with hot hashes, whose warming evicts what such a pass would find cached)\n",
       workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
       static_cast<unsigned long long>(c.store_slots),
-      static_cast<double>(c.store_bytes) / (1 << 20), static_cast<long long>(c.cycled_requests),
-      c.huge_page_hashes ? "2 MiB" : "4 KiB",
+      static_cast<double>(c.store_bytes) / (1 << 20), 100 * c.in_prefetched_line,
+      static_cast<long long>(c.cycled_requests), c.huge_page_hashes ? "2 MiB" : "4 KiB",
       c.hot_hashes ? "read just before each call (hot)" : "last read a cycle ago (cold)",
       static_cast<double>(c.cycle_line_bytes) / (1 << 20),
       c.hot_hashes ? "a header and a digest line per key"
@@ -244,7 +246,8 @@ void add_bench_command(CLI::App& app) {
                 "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
                 "keys_per_dram_latency, limit_turns, pct_of_independent_reads, x_hit_lines, "
                 "x_hit_lines_p10, x_hit_lines_p90, one_line_floor_us_per_request], after one "
-                "memory_limit line (store size, the requests' hash pages and whether their hashes "
+                "memory_limit line (store size, the share of keys in the digest line a lookup "
+                "prefetches with their header, the requests' hash pages and whether their hashes "
                 "are hot, the bytes of lines a cycle of single lookups "
                 "reads and the L3 size the CPU reports, "
                 "dependent and independent random-read ns, the independent reads on two threads at "

@@ -97,6 +97,17 @@ class BlockIndex {
   /// Slots taken by live keys and tombstones (what the load limit counts).
   std::size_t used_slots() const noexcept;
 
+  /// Where the keys lie against where a lookup looks first, under a consistent snapshot: a
+  /// lookup of a large table prefetches a key's home-bucket header and its preferred lane's
+  /// digest line together (docs/design/device-index.md, "Preferred lane"), so a key in that
+  /// line is found in one round trip to memory, any other key in two or more.
+  struct Layout {
+    std::size_t keys = 0;                ///< live keys (size())
+    std::size_t in_home_bucket = 0;      ///< keys in their home bucket
+    std::size_t in_prefetched_line = 0;  ///< of those, keys in their preferred lane's digest line
+  };
+  Layout layout() const;
+
   /// Visits every key (in no particular order) under a consistent snapshot.
   void for_each(const std::function<void(Namespace, int, const BlockDigest&)>& visit) const;
   /// The same, with each key's digest width (8, 16 or 32): (ns, group id, digest_size, digest).

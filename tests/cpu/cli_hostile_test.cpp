@@ -208,6 +208,9 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   EXPECT_GE(cycle_bytes, cycle_keys * 2 * 64 + 64) << o.output;
   EXPECT_LE(cycle_bytes, cycle_keys * 3 * 64) << o.output;
   EXPECT_GE(number_after("l3_bytes", limit_start), 0.0);
+  // Most keys lie in the line their lookup prefetches with the header (BlockIndex::layout()).
+  EXPECT_GT(number_after("keys_in_prefetched_line", limit_start), 0.5);
+  EXPECT_LE(number_after("keys_in_prefetched_line", limit_start), 1.0);
   EXPECT_GE(number_after("limit_turns", line_start), 1.0);
   const double x = number_after("x_hit_lines", line_start);
   EXPECT_GT(x, 0.0);
