@@ -255,7 +255,16 @@ void add_bench_command(CLI::App& app) {
                 "of plain loads and loads prefetched ahead into L1 or L2, each given). Lookup rows "
                 "are timed in turns with the limit's reads; their ratios are medians over the "
                 "turns");
-  cmd->callback([options] {
+  cmd->callback([options, cmd] {
+    // The GPU rows time device batches of --requests: an option that shapes only the CPU rows
+    // would be ignored there, so it is refused rather than silently dropped.
+    for (const char* cpu_only : {"--batch", "--hash-pages", "--hashes"}) {
+      if (options->backend == "gpu" && cmd->count(cpu_only) > 0) {
+        throw InvalidArgument(std::string("bench: ") + cpu_only +
+                              " applies to --backend cpu only (the GPU rows time batches of "
+                              "--requests)");
+      }
+    }
     std::vector<std::string> names = options->workloads;
     if (names.empty()) {
       names = workload_names();

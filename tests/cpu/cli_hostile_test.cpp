@@ -165,6 +165,14 @@ TEST_F(CliHostile, BenchRefusesAnUnknownHashPageSize) {
   expect_refused({"bench", "--hashes", "warm"}, "--hashes");
 }
 
+// The CPU-only options are refused with the GPU backend, not ignored (before any device is
+// looked for, so the message is the same with or without a GPU).
+TEST_F(CliHostile, BenchRefusesCpuOnlyOptionsWithTheGpuBackend) {
+  expect_refused({"bench", "--backend", "gpu", "--hashes", "hot"}, "--hashes");
+  expect_refused({"bench", "--backend", "gpu", "--hash-pages", "2m"}, "--hash-pages");
+  expect_refused({"bench", "--backend", "gpu", "--batch", "4"}, "--batch");
+}
+
 // Not hostile: a small bench run says what it measured (issue 14): the pages its hashes lie on,
 // the in-run limit with a hit's lines, and each lookup row beside them.
 TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
