@@ -43,7 +43,6 @@ namespace {
 
 using cpu_index::allocate_table;
 using cpu_index::clear_headers;
-using cpu_index::Table;
 using detail::kBucketSlots;
 using detail::SlotKey;
 
@@ -269,45 +268,31 @@ void BlockIndex::for_each_key(
     const std::function<void(Namespace, int, std::size_t, const BlockDigest&)>& visit) const {
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
-  const Table& t = impl.table;
-  for (std::uint64_t b = 0; b < t.buckets; ++b) {
-    const detail::BucketHeader& header = t.headers.get()[b];
-    for (int lane = 0; lane < kBucketSlots; ++lane) {
-      if (detail::is_live_tag(header.tags[lane])) {
-        const std::uint32_t meta = header.metas[lane];
-        visit(detail::meta_namespace(meta), detail::meta_group(meta),
-              detail::meta_digest_size(meta), t.digests.get()[detail::slot_of(b, lane)]);
-      }
-    }
-  }
+  Impl::for_each_live_slot(impl.table, [&](std::uint64_t /*bucket*/, int /*lane*/,
+                                           std::uint32_t meta, const BlockDigest& digest) {
+    visit(detail::meta_namespace(meta), detail::meta_group(meta), detail::meta_digest_size(meta),
+          digest);
+  });
 }
 
 BlockIndex::Layout BlockIndex::layout() const {
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);
-  const Table& t = impl.table;
   // Two digests share a 64-byte line: the digest array is line-aligned and a bucket's 12 slots
   // fill whole lines.
   constexpr std::uint64_t kDigestsPerLine = 64 / sizeof(BlockDigest);
   Layout layout;
-  for (std::uint64_t b = 0; b < t.buckets; ++b) {
-    const detail::BucketHeader& header = t.headers.get()[b];
-    for (int lane = 0; lane < kBucketSlots; ++lane) {
-      if (!detail::is_live_tag(header.tags[lane])) {
-        continue;
-      }
-      ++layout.keys;
-      const BlockDigest& digest = t.digests.get()[detail::slot_of(b, lane)];
-      const detail::SlotPlace home = impl.place(detail::make_slot_key(digest, header.metas[lane]));
-      if (home.bucket != b) {
-        continue;
-      }
-      ++layout.in_home_bucket;
-      layout.in_prefetched_line +=
-          static_cast<std::size_t>(detail::slot_of(b, lane) / kDigestsPerLine ==
-                                   detail::slot_of(b, home.lane) / kDigestsPerLine);
-    }
-  }
+  Impl::for_each_live_slot(
+      impl.table, [&](std::uint64_t b, int lane, std::uint32_t meta, const BlockDigest& digest) {
+        ++layout.keys;
+        const detail::SlotPlace home = impl.place(detail::make_slot_key(digest, meta));
+        if (home.bucket == b) {
+          ++layout.in_home_bucket;
+          layout.in_prefetched_line +=
+              static_cast<std::size_t>(detail::slot_of(b, lane) / kDigestsPerLine ==
+                                       detail::slot_of(b, home.lane) / kDigestsPerLine);
+        }
+      });
   return layout;
 }
 

@@ -241,21 +241,30 @@ struct BlockIndex::Impl {
     }
   }
 
+  /// Calls visit(bucket, lane, meta, digest) for every live slot of `t`, in slot order: the walk
+  /// of a rehash, of for_each_key and of layout().
+  template <class Visit>
+  static void for_each_live_slot(const cpu_index::Table& t, const Visit& visit) {
+    for (std::uint64_t b = 0; b < t.buckets; ++b) {
+      const detail::BucketHeader& header = t.headers.get()[b];
+      for (int lane = 0; lane < detail::kBucketSlots; ++lane) {
+        if (detail::is_live_tag(header.tags[lane])) {
+          visit(b, lane, header.metas[lane], t.digests.get()[detail::slot_of(b, lane)]);
+        }
+      }
+    }
+  }
+
   /// Rebuilds into `buckets` buckets, dropping tombstones. Leaves everything as it was when the
   /// allocation fails (CapacityExceeded).
   void rehash(std::uint64_t buckets) {
     cpu_index::Table next = cpu_index::allocate_table(buckets);
-    for (std::uint64_t b = 0; b < table.buckets; ++b) {
-      const detail::BucketHeader& header = table.headers.get()[b];
-      for (int lane = 0; lane < detail::kBucketSlots; ++lane) {
-        if (detail::is_live_tag(header.tags[lane])) {
-          const BlockDigest& digest = table.digests.get()[detail::slot_of(b, lane)];
-          const detail::SlotKey key = detail::make_slot_key(digest, header.metas[lane]);
-          place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
-                    digest);
-        }
-      }
-    }
+    for_each_live_slot(table, [&](std::uint64_t /*bucket*/, int /*lane*/, std::uint32_t meta,
+                                  const BlockDigest& digest) {
+      const detail::SlotKey key = detail::make_slot_key(digest, meta);
+      place_new(next, key, detail::place_of(detail::slot_hash(key, hash_key), next.bucket_mask),
+                digest);
+    });
     table = std::move(next);
     tombstones = 0;
   }
