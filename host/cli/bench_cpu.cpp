@@ -235,11 +235,13 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     // Both lines of a digest that straddles two, as the limit's pass over a hit's lines reads;
     // none with hot hashes, which a cycle finds in cache.
     std::vector<std::uintptr_t> caller_lines;
-    for (std::size_t k = 0; !context.hot_hashes && k < probed.size(); ++k) {
-      const unsigned char* d = probed[k]->bytes.data();
-      caller_lines.push_back(reinterpret_cast<std::uintptr_t>(d) / kLineBytes);
-      caller_lines.push_back(reinterpret_cast<std::uintptr_t>(d + BlockDigest::kSize - 1) /
-                             kLineBytes);
+    if (!context.hot_hashes) {
+      for (const BlockDigest* d : probed) {
+        caller_lines.push_back(reinterpret_cast<std::uintptr_t>(d->bytes.data()) / kLineBytes);
+        caller_lines.push_back(
+            reinterpret_cast<std::uintptr_t>(d->bytes.data() + BlockDigest::kSize - 1) /
+            kLineBytes);
+      }
     }
     std::sort(caller_lines.begin(), caller_lines.end());
     const auto distinct = static_cast<std::uint64_t>(

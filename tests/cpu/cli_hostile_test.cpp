@@ -98,6 +98,15 @@ Outcome run_cli(const std::vector<std::string>& args, long file_limit = -1) {
   return o;
 }
 
+/// The number after the first `"key":` of `output` at or after `from` (-1, and a failure, if
+/// there is none): a field of the bench's JSON lines.
+double json_number_after(const std::string& output, const std::string& key, std::size_t from) {
+  const std::size_t pos = output.find("\"" + key + "\":", from);
+  EXPECT_NE(pos, std::string::npos) << key << " in " << output;
+  return pos == std::string::npos ? -1.0
+                                  : std::strtod(output.c_str() + pos + key.size() + 3, nullptr);
+}
+
 /// Expects a clean refusal: no hang, no signal, a non-zero exit, a message with `needle`.
 void expect_refused(const std::vector<std::string>& args, const std::string& needle,
                     long file_limit = -1) {
@@ -188,10 +197,7 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   EXPECT_NE(o.output.find("\"op\":\"lookup_full_store\""), std::string::npos) << o.output;
   // The lookup rows take turns with the limit's reads: the median ratio lies within its spread.
   const auto number_after = [&](const std::string& key, std::size_t from) {
-    const std::size_t pos = o.output.find("\"" + key + "\":", from);
-    EXPECT_NE(pos, std::string::npos) << key << " in " << o.output;
-    return pos == std::string::npos ? -1.0
-                                    : std::strtod(o.output.c_str() + pos + key.size() + 3, nullptr);
+    return json_number_after(o.output, key, from);
   };
   // The limit is the fastest of the three ways of issuing independent reads, each given.
   const std::size_t limit_line = o.output.find("\"op\":\"memory_limit\"");
@@ -251,10 +257,7 @@ TEST_F(CliHostile, BenchWithHotHashesCountsOnlyTheIndexLines) {
   ASSERT_NE(limit_start, std::string::npos) << o.output;
   EXPECT_NE(o.output.find("\"hashes\":\"hot\"", limit_start), std::string::npos) << o.output;
   const auto number_after = [&](const std::string& key, std::size_t from) {
-    const std::size_t pos = o.output.find("\"" + key + "\":", from);
-    EXPECT_NE(pos, std::string::npos) << key << " in " << o.output;
-    return pos == std::string::npos ? -1.0
-                                    : std::strtod(o.output.c_str() + pos + key.size() + 3, nullptr);
+    return json_number_after(o.output, key, from);
   };
   const std::size_t row = o.output.rfind('{', o.output.find("\"op\":\"lookup_full_store\""));
   const double cycle_keys = 3 * number_after("keys_per_call", row);
