@@ -75,7 +75,7 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   out.num_placeholders.assign(r * g, 0);
   std::vector<ErrorKind> errors(r, ErrorKind::ok);
 
-  // Small batches stay on the calling thread, where starting a worker (tens of microseconds)
+  // Small batches stay on the calling thread, where waking or starting a worker (5-70 us)
   // would cost more than the lookups. A lookup's work follows its probes, not its length
   // (dsv4-flash: about 600 probes, 10-60 us, for 32768 hashes), so a worker gets at least 8
   // requests, or 2^20 hashes of a few very long ones.

@@ -356,7 +356,7 @@ void BlockIndex::View::probe_many(const ProbeWindow* windows, std::size_t n,
     std::uint32_t window;
     std::uint32_t bit;
   };
-  // Reused across calls and threads (a batch's workers are new threads on every call).
+  // Reused across calls and threads (a batch's workers come and go: worker_pool.hpp).
   static detail::ScratchPool<std::vector<WindowKey>> pool;
   const auto lease = pool.lease();
   std::vector<WindowKey>& refs = *lease;

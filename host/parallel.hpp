@@ -1,5 +1,5 @@
-// Small fork-join helpers over std::threads: contiguous ranges (parallel_for) or items claimed
-// one at a time (parallel_claim).
+// Small fork-join helpers: contiguous ranges (parallel_for) or items claimed one at a time
+// (parallel_claim), run on the calling thread and the process's worker pool (worker_pool.hpp).
 #pragma once
 
 #include <algorithm>
@@ -12,8 +12,11 @@
 #include <new>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "host/worker_pool.hpp"
 
 namespace prefixhit::detail {
 
@@ -27,19 +30,11 @@ inline int choose_threads(std::size_t n, int requested, std::size_t min_per_thre
   return static_cast<int>(std::min(cap, by_work));
 }
 
-/// Starts a std::thread running `work`; the default starter of parallel_for.
-struct StartThread {
-  template <class Work>
-  std::thread operator()(Work&& work) const {
-    return std::thread(std::forward<Work>(work));
-  }
-};
-
-/// Runs part(p) for p in [0, parts): parts 1.. on started threads, part 0 and any part whose
-/// thread could not be started on the calling thread. A worker that cannot be started (thread or
-/// memory limit: std::system_error, bad_alloc) is not an error, so work under a thread limit is
-/// slower, never lost. If a part throws, the first exception is rethrown here once every part
-/// has finished.
+/// Runs part(p) for p in [0, parts): parts 1.. on threads from `start` (the pool's by default),
+/// part 0 and any part whose thread could not be started on the calling thread. A worker that
+/// cannot be started (thread or memory limit: std::system_error, bad_alloc) is not an error, so
+/// work under a thread limit is slower, never lost. If a part throws, the first exception is
+/// rethrown here once every part has finished.
 template <class Part, class Start>
 void run_parts(std::size_t parts, const Part& part, const Start& start) {
   std::exception_ptr failure;
@@ -54,12 +49,13 @@ void run_parts(std::size_t parts, const Part& part, const Start& start) {
       }
     }
   };
-  std::vector<std::thread> workers;
+  const auto run_part = [&run](std::size_t p) { return [&run, p] { run(p); }; };
+  std::vector<std::invoke_result_t<const Start&, decltype(run_part(0))>> workers;
   std::size_t started = 1;  // part 0 is the calling thread's
   try {
     workers.reserve(parts - 1);
     for (; started < parts; ++started) {
-      workers.push_back(start([&run, p = started] { run(p); }));
+      workers.push_back(start(run_part(started)));
     }
   } catch (const std::system_error&) {
     // No more threads: the remaining parts run below, on this thread.
@@ -69,7 +65,7 @@ void run_parts(std::size_t parts, const Part& part, const Start& start) {
   for (std::size_t p = started; p < parts; ++p) {
     run(p);
   }
-  for (std::thread& w : workers) {
+  for (auto& w : workers) {
     w.join();
   }
   if (failure) {
@@ -80,7 +76,7 @@ void run_parts(std::size_t parts, const Part& part, const Start& start) {
 /// Calls body(begin, end) on disjoint ranges covering [0, n); the calling thread takes one.
 /// Threads that cannot start and exceptions are handled as in run_parts. `start` (tests only)
 /// creates the threads.
-template <class Body, class Start = StartThread>
+template <class Body, class Start = StartPooled>
 void parallel_for(std::size_t n, int threads, const Body& body, const Start& start = Start{}) {
   if (threads <= 1 || n <= 1) {
     body(std::size_t{0}, n);
@@ -92,12 +88,12 @@ void parallel_for(std::size_t n, int threads, const Body& body, const Start& sta
 }
 
 /// Calls body(item) once for every item in [0, n), the calling thread and up to threads - 1
-/// workers each claiming the next item from a shared counter. Starting a thread costs tens of
-/// microseconds here (45-70 us measured, more when the other core sleeps), so under a static
-/// split the caller, done with its half, would wait for a late worker's whole half; here a late
-/// worker takes only what is left. After an item throws, no new item is claimed; the first
-/// exception is rethrown once every thread has stopped.
-template <class Body, class Start = StartThread>
+/// workers each claiming the next item from a shared counter. A worker can start late (a parked
+/// pool thread takes about 5 us to wake, a new thread 18-70 us, more when the other core sleeps),
+/// so under a static split the caller, done with its half, would wait for a late worker's whole
+/// half; here a late worker takes only what is left. After an item throws, no new item is claimed;
+/// the first exception is rethrown once every thread has stopped.
+template <class Body, class Start = StartPooled>
 void parallel_claim(std::size_t n, int threads, const Body& body, const Start& start = Start{}) {
   if (threads <= 1 || n <= 1) {
     for (std::size_t i = 0; i < n; ++i) {
@@ -131,11 +127,11 @@ void parallel_claim(std::size_t n, int threads, const Body& body, const Start& s
 /// range, [0, max(1, small / 4)), and times it, then starts workers only as many as the items
 /// left are worth at that pace, one per `min_seconds_per_worker` of remaining work (0: up to
 /// `threads` regardless), and these claim the rest in ranges of `small` (parallel_claim). Worth
-/// none, the caller runs the rest in ranges of `large`. A worker costs tens of microseconds to
-/// start, and small ranges lose the overlap: 64 lookups of 4096-token prompts (270-320 us on
-/// one thread) took 1.1-1.8x as long on two threads, ranges of 8, as on one (paired medians).
-/// The timed range is short so that the work done before any worker starts stays small.
-template <class Body, class Start = StartThread>
+/// none, the caller runs the rest in ranges of `large`. A worker costs a wake-up (a start, for
+/// the pool's first call), and small ranges lose the overlap: 64 lookups of 4096-token prompts
+/// (270-320 us on one thread) took 1.1-1.8x as long on two threads, ranges of 8, as on one (paired
+/// medians). The timed range is short so that the work done before any worker starts stays small.
+template <class Body, class Start = StartPooled>
 void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t large, int threads,
                               double min_seconds_per_worker, const Body& body,
                               const Start& start = Start{}) {

@@ -8,10 +8,11 @@
 
 namespace prefixhit::detail {
 
-/// A process-wide stack of T's (working buffers). A batch's worker threads start fresh on every
-/// call; thread_local buffers would be allocated, grown and page-faulted in again each time (and
-/// freed at thread exit), which cost a 2-thread batch more than its second core saved. Taking a
-/// buffer here is one uncontended lock; nested calls (a store callback that looks up again) just
+/// A process-wide stack of T's (working buffers). A batch's workers are pool threads that come
+/// and go (worker_pool.hpp; before the pool, a new thread on every call): thread_local buffers
+/// would be allocated, grown and page-faulted in again for each new thread (and freed at its
+/// exit), which cost a 2-thread batch more than its second core saved when threads were new. Taking
+/// a buffer here is one uncontended lock; nested calls (a store callback that looks up again) just
 /// take another buffer.
 template <class T>
 class ScratchPool {

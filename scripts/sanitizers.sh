@@ -22,7 +22,7 @@ steps=("$@")
 
 # The tests that exercise threads; TSan runs these (the rest is single-threaded and covered by
 # the ASan run).
-tsan_tests='IndexStress|Concurrent|Batch|Parallel|Hardening'
+tsan_tests='IndexStress|Concurrent|Batch|Parallel|Hardening|WorkerPool'
 
 stress_figures() {  # stress_figures DIR: the stress test's operation counts under this sanitizer
   "$1/tests/prefixhit_tests" --gtest_filter='IndexStress.*' 2>&1 | grep -E '^\[ stress' || true

@@ -1,0 +1,141 @@
+// The process-wide worker pool behind the batch helpers (host/worker_pool.hpp): threads are reused
+// from call to call, end when idle, survive fork() in the child, and report a job's exception.
+#include <gtest/gtest.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstddef>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "host/parallel.hpp"
+#include "host/worker_pool.hpp"
+#include "prefixhit/errors.hpp"
+
+namespace prefixhit {
+namespace {
+
+/// Every item of [0, n) seen exactly once by parallel_for over `threads`.
+bool covers_once(std::size_t n, int threads) {
+  std::vector<std::atomic<int>> seen(n);
+  detail::parallel_for(n, threads, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      seen[i].fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  for (std::size_t i = 0; i < n; ++i) {
+    if (seen[i].load() != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(WorkerPool, BackToBackCallsReuseTheParkedThreads) {
+  // ctest runs each test in its own process, where the pool starts empty; a whole-binary run
+  // may have left parked threads.
+  std::mt19937_64 rng(std::random_device{}());
+  const int threads = 2 + static_cast<int>(rng() % 3);
+  const std::size_t before = detail::pool_threads();
+  ASSERT_TRUE(covers_once(1000, threads));
+  // A worker that finishes its part before the next one starts takes that part too, so the
+  // pool may hold fewer threads than the call's workers, never more.
+  const std::size_t most = std::max(before, static_cast<std::size_t>(threads - 1));
+  EXPECT_GE(detail::pool_threads(), std::max<std::size_t>(before, 1));
+  EXPECT_LE(detail::pool_threads(), most);
+  for (int call = 0; call < 200; ++call) {
+    ASSERT_TRUE(covers_once(100 + rng() % 1000, threads)) << "call " << call;
+  }
+  // A new thread per call would leave hundreds of parked threads here.
+  EXPECT_LE(detail::pool_threads(), most);
+}
+
+TEST(WorkerPool, ParkedThreadsEndAfterTheIdleTime) {
+  const auto idle = detail::pool_idle_exit();
+  detail::set_pool_idle_exit(std::chrono::milliseconds(20));
+  ASSERT_TRUE(covers_once(1000, 4));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (detail::pool_threads() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(detail::pool_threads(), 0U);
+  // The pool starts threads again afterwards.
+  EXPECT_TRUE(covers_once(1000, 3));
+  detail::set_pool_idle_exit(idle);
+}
+
+TEST(WorkerPool, AForkedChildRunsBatchesOnItsOwnThreads) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a multithreaded process's child that starts threads";
+#endif
+  // The parent's threads are parked when it forks; the child has none of them, and a child that
+  // woke them would wait for ever.
+  ASSERT_TRUE(covers_once(1000, 3));
+  ASSERT_GE(detail::pool_threads(), 2U);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    bool ok = true;
+    for (int call = 0; call < 20 && ok; ++call) {
+      ok = covers_once(1000, 3);
+    }
+    // Exit 1: an item ran twice or never; 10 + n: the child's pool holds n threads, not 1 or 2.
+    const std::size_t held = detail::pool_threads();
+    _exit(!ok ? 1 : held >= 1 && held <= 2 ? 0 : 10 + static_cast<int>(held));
+  }
+  int status = 0;
+  pid_t done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child's batch did not finish in 60 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(covers_once(1000, 3));  // and the parent's pool still works
+}
+
+TEST(WorkerPool, AJobsExceptionReachesItsJoin) {
+  detail::PooledJob job = detail::run_pooled([] { throw InvalidArgument("job failed"); });
+  EXPECT_THROW(job.join(), InvalidArgument);
+  std::atomic<int> ran{0};
+  detail::PooledJob next = detail::run_pooled([&] { ++ran; });
+  next.join();
+  EXPECT_EQ(ran.load(), 1);  // the thread that ran the failing job still serves
+}
+
+TEST(WorkerPool, ManyCallersShareThePool) {
+  std::mt19937_64 seed_rng(std::random_device{}());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 6; ++c) {
+    callers.emplace_back([&, seed = seed_rng()] {
+      std::mt19937_64 rng(seed);
+      for (int call = 0; call < 100; ++call) {
+        if (!covers_once(1 + rng() % 2000, 1 + static_cast<int>(rng() % 4))) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : callers) {
+    t.join();
+  }
+  EXPECT_EQ(failures.load(), 0);
+  // At most one thread per caller's worker at any time: 6 callers x 3 workers.
+  EXPECT_LE(detail::pool_threads(), 18U);
+}
+
+}  // namespace
+}  // namespace prefixhit
