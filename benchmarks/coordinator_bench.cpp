@@ -3,6 +3,7 @@
 // API. The same figures come from `prefixhit bench`; see docs/perf/cpu.md.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -123,6 +124,38 @@ void BM_BatchLookup(benchmark::State& state, const std::string& name) {
   state.SetItemsProcessed(state.iterations() * kRequests);
 }
 
+/// A batch of 64 short prompts (prefixes of the stored requests, state.range(0) tokens) against
+/// the large store, on state.range(1) threads with workers always started
+/// (min_seconds_per_worker = 0): what a worker costs beside the work it takes. Workers come from
+/// the process's pool; when each call started its own threads, two threads took 2.0-2.6x one
+/// thread's time for 4096-token prompts (docs/perf/cpu.md, fourteenth round).
+void BM_BatchPrefixes(benchmark::State& state, const std::string& name) {
+  Fixture& f = fixture(name, kLargeStore);
+  const std::int64_t tokens = std::min<std::int64_t>(state.range(0), f.workload.tokens);
+  const std::int64_t m = tokens / f.workload.config.hash_block_size;
+  std::vector<BlockDigest> digests;
+  std::vector<std::int64_t> offsets{0};
+  for (std::int64_t r = 0; r < kLargeStore; ++r) {
+    const span<const BlockDigest> request = f.request(r);
+    digests.insert(digests.end(), request.begin(), request.begin() + m);
+    offsets.push_back(static_cast<std::int64_t>(digests.size()));
+  }
+  const std::vector<std::int64_t> max_lengths(kLargeStore, tokens);
+  prefixhit::LookupBatch batch;
+  batch.digests = digests;
+  batch.offsets = offsets;
+  batch.max_lengths = max_lengths;
+  prefixhit::BatchOptions options;
+  options.num_threads = static_cast<int>(state.range(1));
+  options.min_seconds_per_worker = 0;
+  const BlockIndex::View view = f.index.view(static_cast<Namespace>(StoreShape::full));
+  for (auto _ : state) {
+    auto result = f.coordinator->find_longest_cache_hits(batch, view, options);
+    benchmark::DoNotOptimize(result.hit_lengths.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kLargeStore);
+}
+
 void register_all() {
   for (const std::string& name : prefixhit::cli::workload_names()) {
     benchmark::RegisterBenchmark(("lookup_full_store/" + name).c_str(), BM_Lookup, name,
@@ -143,6 +176,10 @@ void register_all() {
         ->Arg(2)
         ->UseRealTime();
   }
+  benchmark::RegisterBenchmark("batch_prefixes_64/dsv4-flash", BM_BatchPrefixes, "dsv4-flash")
+      ->ArgsProduct({{4096, 16384}, {1, 2}})
+      ->ArgNames({"tokens", "threads"})
+      ->UseRealTime();
 }
 
 const int registered = (register_all(), 0);
