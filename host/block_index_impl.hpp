@@ -110,13 +110,14 @@ struct BlockIndex::Impl {
 
   /// Answers up to 64 keys (KeyAt(k) -> KeyRef): hashes them all, prefetches their home bucket
   /// headers, then the digest of the first candidate of each, then compares; bit k of the result
-  /// is key k's answer. Between the stages a key is its hash and candidates (the caller's digest is
-  /// read again, from cache), which keeps the per-key work to the hash, one header match and
-  /// one compare.
+  /// is key k's answer. Between the stages a key is its hash, candidates and first candidate's
+  /// digest (the caller's digest is read again, from cache), which keeps the per-key work to the
+  /// hash, one header match and one compare: a hit, the common case, is its first candidate.
   template <class KeyAt>
   std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
     std::uint64_t hashes[64];
     std::uint32_t candidates[64];
+    const BlockDigest* first[64];
     const detail::BucketHeader* headers = table.headers.get();
     for (int k = 0; k < count; ++k) {
       hashes[k] = hash_of(key_at(k));
@@ -125,11 +126,22 @@ struct BlockIndex::Impl {
       cpu_index::prefetch(headers + (hashes[k] & table.bucket_mask));
     }
     for (int k = 0; k < count; ++k) {
-      candidates[k] = match_and_prefetch(hashes[k], key_at(k).meta);
+      const std::uint64_t bucket = hashes[k] & table.bucket_mask;
+      const std::uint32_t c =
+          cpu_index::candidates_of(headers + bucket, detail::tag_of(hashes[k]), key_at(k).meta);
+      candidates[k] = c;
+      if (c != 0) {  // else first[k] is never read
+        first[k] = table.digests.get() + detail::slot_of(bucket, __builtin_ctz(c));
+        cpu_index::prefetch(first[k]);
+      }
     }
     std::uint64_t bits = 0;
     for (int k = 0; k < count; ++k) {
-      bits |= static_cast<std::uint64_t>(home_answer(key_at(k), hashes[k], candidates[k])) << k;
+      const std::uint32_t c = candidates[k];
+      const KeyRef key = key_at(k);
+      const bool found = (c != 0 && cpu_index::digest_equal(*key.digest, *first[k])) ||
+                         home_answer(key, hashes[k], c & (c - 1));
+      bits |= static_cast<std::uint64_t>(found) << k;
     }
     return bits;
   }
