@@ -109,15 +109,17 @@ struct BlockIndex::Impl {
   }
 
   /// Answers up to 64 keys (KeyAt(k) -> KeyRef): hashes them all, prefetches their home bucket
-  /// headers, then the digest of the first candidate of each, then compares; bit k of the result
-  /// is key k's answer. Between the stages a key is its hash, candidates and first candidate's
-  /// digest (the caller's digest is read again, from cache), which keeps the per-key work to the
-  /// hash, one header match and one compare: a hit, the common case, is its first candidate.
+  /// headers, then matches each header's tags and prefetches the digest of the first lane whose
+  /// tag matches, then compares; bit k of the result is key k's answer. This path is bound by
+  /// instructions (a table in cache), so a key's common case is kept short: a hit is its first
+  /// tag match, confirmed by that lane's meta word and digest; any other case (no tag match, a
+  /// tag twin first) takes home_answer's full path. Between the stages a key is its hash and
+  /// its first tag match's meta word and digest (the caller's digest is read again, from cache).
   template <class KeyAt>
   std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
     std::uint64_t hashes[64];
-    std::uint32_t candidates[64];
-    const BlockDigest* first[64];
+    const std::uint32_t* first_meta[64];  // null: no tag matches
+    const BlockDigest* first_digest[64];
     const detail::BucketHeader* headers = table.headers.get();
     for (int k = 0; k < count; ++k) {
       hashes[k] = hash_of(key_at(k));
@@ -127,23 +129,34 @@ struct BlockIndex::Impl {
     }
     for (int k = 0; k < count; ++k) {
       const std::uint64_t bucket = hashes[k] & table.bucket_mask;
-      const std::uint32_t c =
-          cpu_index::candidates_of(headers + bucket, detail::tag_of(hashes[k]), key_at(k).meta);
-      candidates[k] = c;
-      if (c != 0) {  // else first[k] is never read
-        first[k] = table.digests.get() + detail::slot_of(bucket, __builtin_ctz(c));
-        cpu_index::prefetch(first[k]);
+      const std::uint32_t c = cpu_index::match_tags(headers + bucket, detail::tag_of(hashes[k]));
+      first_meta[k] = nullptr;
+      if (c != 0) {
+        const int lane = __builtin_ctz(c);
+        first_meta[k] = &headers[bucket].metas[lane];
+        first_digest[k] = table.digests.get() + detail::slot_of(bucket, lane);
+        cpu_index::prefetch(first_digest[k]);
       }
     }
     std::uint64_t bits = 0;
-    for (int k = 0; k < count; ++k) {
-      const std::uint32_t c = candidates[k];
+    std::uint64_t bit = 1;
+    for (int k = 0; k < count; ++k, bit <<= 1) {
       const KeyRef key = key_at(k);
-      const bool found = (c != 0 && cpu_index::digest_equal(*key.digest, *first[k])) ||
-                         home_answer(key, hashes[k], c & (c - 1));
-      bits |= static_cast<std::uint64_t>(found) << k;
+      const bool first_is_key = first_meta[k] != nullptr && *first_meta[k] == key.meta &&
+                                cpu_index::digest_equal(*key.digest, *first_digest[k]);
+      if (first_is_key || full_answer(key, hashes[k])) {
+        bits |= bit;
+      }
     }
     return bits;
+  }
+
+  /// home_answer from the hash alone: the candidates (tag and meta word) matched again.
+  bool full_answer(const KeyRef& key, std::uint64_t hash) const {
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    return home_answer(
+        key, hash,
+        cpu_index::candidates_of(table.headers.get() + bucket, detail::tag_of(hash), key.meta));
   }
 
   // The probe pipelines (lookup_stream, erase_many): a key's header is requested kTagAhead keys
