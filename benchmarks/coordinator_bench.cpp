@@ -127,7 +127,7 @@ void BM_BatchLookup(benchmark::State& state, const std::string& name) {
 /// A batch of 64 short prompts (prefixes of the stored requests, state.range(0) tokens) against
 /// the large store, on state.range(1) threads with workers always started
 /// (min_seconds_per_worker = 0): what a worker costs beside the work it takes. Workers come from
-/// the process's pool; when each call started its own threads, two threads took 2.0-2.6x one
+/// the process's pool; when each call started its own threads, two threads took 1.8-2.6x one
 /// thread's time for 4096-token prompts (docs/perf/cpu.md, fourteenth round).
 void BM_BatchPrefixes(benchmark::State& state, const std::string& name) {
   Fixture& f = fixture(name, kLargeStore);

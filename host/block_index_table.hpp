@@ -112,10 +112,7 @@ inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint
   // All 12 lanes at once: the tag bytes in one compare, the meta words in three, packed down to a
   // byte per lane so that one mask holds both tests (no branch per tag match).
   const auto* line = reinterpret_cast<const __m128i*>(header);
-  // The tag in every byte: one multiply and a 32-bit broadcast (_mm_set1_epi8 takes two more
-  // shuffles without SSSE3).
-  const __m128i tags =
-      _mm_cmpeq_epi8(_mm_load_si128(line), _mm_set1_epi32(static_cast<int>(tag * 0x01010101U)));
+  const __m128i tags = _mm_cmpeq_epi8(_mm_load_si128(line), _mm_set1_epi8(static_cast<char>(tag)));
   const __m128i want = _mm_set1_epi32(static_cast<int>(meta));
   const __m128i metas_0_7 = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(line + 1), want),
                                             _mm_cmpeq_epi32(_mm_load_si128(line + 2), want));

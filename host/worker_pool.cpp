@@ -19,9 +19,6 @@ struct PooledJob::State {
 };
 
 void PooledJob::join() {
-  if (!state_) {
-    return;
-  }
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->done_cv.wait(lock, [&] { return state_->done; });
   if (state_->failure) {

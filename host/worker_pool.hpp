@@ -17,7 +17,6 @@ namespace prefixhit::detail {
 class PooledJob {
  public:
   struct State;
-  PooledJob() = default;
   explicit PooledJob(std::shared_ptr<State> state) : state_(std::move(state)) {}
   void join();
 
