@@ -77,7 +77,9 @@ TEST(WorkerPool, AForkedChildRunsBatchesOnItsOwnThreads) {
   // The parent's threads are parked when it forks; the child has none of them, and a child that
   // woke them would wait for ever.
   ASSERT_TRUE(covers_once(1000, 3));
-  ASSERT_GE(detail::pool_threads(), 2U);
+  // At least one parked thread at the fork. Not two: under load the first worker may take every
+  // part before the second starts, and the pool then holds one thread (a flake under ctest -j2).
+  ASSERT_GE(detail::pool_threads(), 1U);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
