@@ -101,6 +101,61 @@ TEST(PlannedLookup, ProbeManyEqualsProbeWindowByWindow) {
   }
 }
 
+// lookup_stream runs its stages a chunk of keys at a time (16 keys, then the last partial
+// chunk): every stream length from 0 to past five chunks, and longer random ones, must answer
+// each key, present or absent, exactly once and in its own window's bit.
+TEST(PlannedLookup, ProbeManyAnswersEveryStreamLengthAroundItsChunks) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  BlockIndex index;
+  const auto hashes = random_hashes(rng, 700);
+  for (const BlockDigest& d : hashes) {
+    if (rng() % 4 != 0) {
+      index.insert(0, 0, span<const BlockDigest>(&d, 1));
+    }
+  }
+  const BlockIndex::View view = index.view(0);
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n <= 90; ++n) {
+    lengths.push_back(n);
+  }
+  for (int extra = 0; extra < 10; ++extra) {
+    lengths.push_back(91 + rng() % 600);
+  }
+  for (const std::size_t n : lengths) {
+    // Windows of 1-64 keys at random places whose counts add up to exactly n keys.
+    std::vector<ProbeWindow> windows;
+    for (std::size_t left = n; left > 0;) {
+      ProbeWindow win{};
+      win.hashes = hashes.data();
+      win.group_id = 0;
+      win.step = 1;
+      win.count = static_cast<int>(std::min<std::size_t>(left, 1 + rng() % 64));
+      win.first = static_cast<std::int64_t>(rng() % (hashes.size() - 64));
+      left -= static_cast<std::size_t>(win.count);
+      windows.push_back(win);
+    }
+    std::vector<std::uint64_t> many(windows.size(), 0xDEADBEEF);
+    view.probe_many(windows.data(), windows.size(), many.data());
+    for (std::size_t w = 0; w < windows.size(); ++w) {
+      const ProbeWindow& win = windows[w];
+      ASSERT_EQ(many[w], view.probe(0, win.hashes, win.first, win.step, win.count))
+          << n << " keys, window " << w;
+    }
+    // And BlockIndex::contains, which streams its keys through the same pipeline.
+    std::vector<BlockDigest> keys(n);
+    for (BlockDigest& key : keys) {
+      key = hashes[rng() % hashes.size()];
+    }
+    std::vector<std::uint8_t> found(n, 7);
+    index.contains(0, 0, keys, found.data());
+    for (std::size_t k = 0; k < n; ++k) {
+      ASSERT_EQ(found[k], view.probe(0, &keys[k], 0, 1, 1)) << n << " keys, key " << k;
+    }
+  }
+}
+
 /// The one-window-at-a-time lookup: the shared finders over SourceProbe, as before issue 14.
 LookupResult direct_lookup(const Coordinator& c, const std::vector<BlockDigest>& hashes,
                            std::int64_t max_len, const ExistenceSource& store, bool apply_eagle,
