@@ -153,6 +153,12 @@ std::size_t pool_threads() {
   return pool.threads;
 }
 
+std::size_t pool_parked_threads() {
+  Pool& pool = the_pool();
+  const std::lock_guard<std::mutex> lock(pool.mutex);
+  return pool.parked;
+}
+
 std::chrono::milliseconds pool_idle_exit() {
   return std::chrono::milliseconds(g_idle_exit_ms.load(std::memory_order_relaxed));
 }

@@ -34,6 +34,11 @@ PooledJob run_pooled(std::function<void()> work);
 /// The threads the pool holds now, running or parked.
 std::size_t pool_threads();
 
+/// The threads parked now, waiting for work. A worker parks only after it has released its last
+/// job, so when every thread is parked none is inside the allocator: a test that forks waits
+/// for this (a sanitizer's allocator, unlike glibc's, is not made consistent across fork()).
+std::size_t pool_parked_threads();
+
 /// How long a parked thread waits for work before it ends (10 s by default; tests shorten it).
 std::chrono::milliseconds pool_idle_exit();
 void set_pool_idle_exit(std::chrono::milliseconds idle);

@@ -77,9 +77,17 @@ TEST(WorkerPool, AForkedChildRunsBatchesOnItsOwnThreads) {
   // The parent's threads are parked when it forks; the child has none of them, and a child that
   // woke them would wait for ever.
   ASSERT_TRUE(covers_once(1000, 3));
-  // At least one parked thread at the fork. Not two: under load the first worker may take every
-  // part before the second starts, and the pool then holds one thread (a flake under ctest -j2).
+  // At least one thread, and every thread parked at the fork. Not two threads: under load the
+  // first worker may take every part before the second starts. All parked: a worker that has
+  // just signalled its job done still frees it, and under ASan a fork at that moment leaves the
+  // child's allocator locked (the child then hung until the deadline).
   ASSERT_GE(detail::pool_threads(), 1U);
+  const auto parked_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (detail::pool_parked_threads() != detail::pool_threads() &&
+         std::chrono::steady_clock::now() < parked_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(detail::pool_parked_threads(), detail::pool_threads());
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
