@@ -37,6 +37,16 @@ bool covers_once(std::size_t n, int threads) {
   return true;
 }
 
+/// Polls `done` until it holds or `limit` passes; returns whether it held.
+template <class Done>
+bool holds_within(std::chrono::seconds limit, const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
 TEST(WorkerPool, BackToBackCallsReuseTheParkedThreads) {
   // ctest runs each test in its own process, where the pool starts empty; a whole-binary run
   // may have left parked threads.
@@ -60,10 +70,7 @@ TEST(WorkerPool, ParkedThreadsEndAfterTheIdleTime) {
   const auto idle = detail::pool_idle_exit();
   detail::set_pool_idle_exit(std::chrono::milliseconds(20));
   ASSERT_TRUE(covers_once(1000, 4));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (detail::pool_threads() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  holds_within(std::chrono::seconds(30), [] { return detail::pool_threads() == 0; });
   EXPECT_EQ(detail::pool_threads(), 0U);
   // The pool starts threads again afterwards.
   EXPECT_TRUE(covers_once(1000, 3));
@@ -82,11 +89,8 @@ TEST(WorkerPool, AForkedChildRunsBatchesOnItsOwnThreads) {
   // just signalled its job done still frees it, and under ASan a fork at that moment leaves the
   // child's allocator locked (the child then hung until the deadline).
   ASSERT_GE(detail::pool_threads(), 1U);
-  const auto parked_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (detail::pool_parked_threads() != detail::pool_threads() &&
-         std::chrono::steady_clock::now() < parked_by) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  holds_within(std::chrono::seconds(10),
+               [] { return detail::pool_parked_threads() == detail::pool_threads(); });
   ASSERT_EQ(detail::pool_parked_threads(), detail::pool_threads());
   const pid_t child = fork();
   ASSERT_GE(child, 0);
