@@ -388,10 +388,12 @@ TEST(IndexSlots, FindSlotFollowsFullBucketsAndStopsAtEmptyOnes) {
   }
 }
 
-TEST(IndexSlots, FirstLaneFromAgreesWithALaneByLaneScan) {
+// The lane itself, then the other lane of its digest line, then a scan from it, wrapping.
+TEST(IndexSlots, FirstLaneFromTakesThePreferredLineFirstThenScans) {
   for (std::uint32_t lanes = 1; lanes <= kBucketLanes; ++lanes) {
     for (int start = 0; start < kBucketSlots; ++start) {
-      int expected = -1;
+      const int partner = start ^ 1;
+      int expected = (lanes >> start) & 1U ? start : (lanes >> partner) & 1U ? partner : -1;
       for (int k = 0; k < kBucketSlots && expected < 0; ++k) {
         const int lane = (start + k) % kBucketSlots;
         expected = (lanes >> lane) & 1U ? lane : -1;
@@ -423,8 +425,9 @@ TEST(IndexSlots, PreferredLaneCoversEveryLaneEvenlyFromItsOwnBits) {
 }
 
 /// A lookup prefetches a key's header and its preferred lane's digest line together. Inserts take
-/// the first free lane from the preferred one, so at the index's load limit most keys lie in
-/// that line, and a hit needs one round trip (about 68% here; with the lowest free lane, 16%).
+/// the preferred lane, else the other lane of its line, else the next free lane, so at the
+/// index's load limit most keys lie in that line, and a hit needs one round trip (about 74%
+/// here; 68% when inserts scanned on from the preferred lane, 16% with the lowest free lane).
 TEST(IndexSlots, MostKeysLieInTheDigestLineTheirLookupPrefetches) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -446,7 +449,7 @@ TEST(IndexSlots, MostKeysLieInTheDigestLineTheirLookupPrefetches) {
     // 12 digests of 32 bytes per bucket: six whole lines, lanes 2j and 2j+1 share one.
     in_line += static_cast<std::uint64_t>(slot) / 2 == slot_of(p.bucket, p.lane) / 2 ? 1U : 0U;
   }
-  EXPECT_GT(static_cast<double>(in_line) / static_cast<double>(keys.size()), 0.5)
+  EXPECT_GT(static_cast<double>(in_line) / static_cast<double>(keys.size()), 0.71)
       << in_line << " of " << keys.size() << " keys in their prefetched line";
 }
 
