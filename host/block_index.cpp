@@ -291,6 +291,8 @@ BlockIndex::Layout BlockIndex::layout() const {
           layout.in_prefetched_line +=
               static_cast<std::size_t>(detail::slot_of(b, lane) / kDigestsPerLine ==
                                        detail::slot_of(b, home.lane) / kDigestsPerLine);
+        } else if (detail::probe_bucket(home, 1, impl.table.bucket_mask) == b) {
+          ++layout.in_second_bucket;
         }
       });
   return layout;

@@ -76,15 +76,28 @@ struct BlockIndex::Impl {
 
   /// Prefetches a key's home bucket header and its preferred lane's digest line together: a key
   /// inserted while that lane was free (most keys) is then found in one round trip to memory.
-  void prefetch_home(std::uint64_t hash) const {
-    const std::uint64_t bucket = hash & table.bucket_mask;
+  void prefetch_home(std::uint64_t hash) const { prefetch_bucket(hash & table.bucket_mask, hash); }
+
+  /// Prefetches a bucket's header and the digest line of the key's preferred lane there: inserts
+  /// take that lane first in every bucket of a key's sequence, not only its home.
+  void prefetch_bucket(std::uint64_t bucket, std::uint64_t hash) const {
     cpu_index::prefetch(table.headers.get() + bucket);
     cpu_index::prefetch(table.digests.get() +
                         detail::slot_of(bucket, detail::preferred_lane(hash)));
   }
 
+  /// Matches the home header (in cache) and prefetches the first candidate's digest line. A key
+  /// with no candidate in a full home bucket continues its sequence: its second bucket is
+  /// prefetched the same way, so that the compare stage does not wait two round trips for it.
   std::uint32_t match_and_prefetch(std::uint64_t hash, std::uint32_t meta) const {
-    return prefetch_candidate(hash & table.bucket_mask, detail::tag_of(hash), meta);
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    const std::uint32_t c = prefetch_candidate(bucket, detail::tag_of(hash), meta);
+    if (c == 0 && cpu_index::match_tags(table.headers.get() + bucket, detail::kEmptyTag) == 0) {
+      prefetch_bucket(
+          detail::probe_bucket(detail::place_of(hash, table.bucket_mask), 1, table.bucket_mask),
+          hash);
+    }
+    return c;
   }
 
   /// The answer of a key from its hash and home-bucket candidates: found, or not found and
@@ -175,8 +188,9 @@ struct BlockIndex::Impl {
   /// pipeline over chunks of kStreamChunk keys: in period p chunk p+1 is hashed (its home
   /// headers and preferred lanes' digest lines prefetched, and chunk p+2's caller digests), chunk
   /// p's headers are matched on tags and meta words (the first candidate's digest line
-  /// prefetched, the same line for most keys), and chunk p-1 is compared. A miss needs only the
-  /// header line (and costs one wasted digest line).
+  /// prefetched, the same line for most keys; for a full home bucket with no candidate, the second
+  /// bucket's two lines), and chunk p-1 is compared. A miss needs only the header line (and costs
+  /// one wasted digest line).
   ///
   /// Why each stage loops over a chunk instead of all stages running per key: on a table far
   /// larger than the caches a prefetch that finds no free miss buffer holds up retirement, so only

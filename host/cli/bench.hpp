@@ -159,6 +159,8 @@ struct CpuBenchContext {
   /// The share of keys in the digest line a lookup prefetches with their header (one round
   /// trip to memory for a hit; BlockIndex::layout()).
   double in_prefetched_line = 0;
+  /// The share of keys in the second bucket of their sequence (their home bucket full).
+  double in_second_bucket = 0;
   std::uint64_t store_slots = 0;
   std::uint64_t store_bytes = 0;
   std::int64_t cycled_requests = 0;

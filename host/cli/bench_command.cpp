@@ -87,6 +87,7 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"store_keys", c.store_keys},
                            {"store_slots", c.store_slots},
                            {"keys_in_prefetched_line", c.in_prefetched_line},
+                           {"keys_in_second_bucket", c.in_second_bucket},
                            {"store_bytes", c.store_bytes},
                            {"cycled_requests", c.cycled_requests},
                            {"cycle_line_bytes", c.cycle_line_bytes},
@@ -112,7 +113,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       c.l3_bytes > 0 ? std::to_string(c.l3_bytes >> 20) + " MiB" : std::string("(size unknown)");
   std::printf(
       "# %s store: %llu keys resident in %llu slots (%.1f MiB), %.1f%% of them in the digest "
-      "line a lookup prefetches with their header; single lookups cycle through "
+      "line a lookup prefetches with their header and %.1f%% in the second bucket of their "
+      "sequence (their home bucket full); single lookups cycle through "
       "%lld stored requests, whose hashes lie on %s pages and are %s; a cycle reads %.1f MiB of "
       "lines (%s) against the L3 the CPU reports, "
       "%s (a VM's share may be smaller): a cycle that fits there stays partly cached, and its "
@@ -128,7 +130,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       workload.name.c_str(), static_cast<unsigned long long>(c.store_keys),
       static_cast<unsigned long long>(c.store_slots),
       static_cast<double>(c.store_bytes) / (1 << 20), 100 * c.in_prefetched_line,
-      static_cast<long long>(c.cycled_requests), c.huge_page_hashes ? "2 MiB" : "4 KiB",
+      100 * c.in_second_bucket, static_cast<long long>(c.cycled_requests),
+      c.huge_page_hashes ? "2 MiB" : "4 KiB",
       c.hot_hashes ? "read just before each call (hot)" : "last read a cycle ago (cold)",
       static_cast<double>(c.cycle_line_bytes) / (1 << 20),
       c.hot_hashes ? "a header and a digest line per key"

@@ -213,8 +213,11 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   }
   context.store_keys = index.size();
   const BlockIndex::Layout layout = index.layout();
-  context.in_prefetched_line = static_cast<double>(layout.in_prefetched_line) /
-                               static_cast<double>(std::max<std::size_t>(1, layout.keys));
+  const auto share = [&](std::size_t keys) {
+    return static_cast<double>(keys) / static_cast<double>(std::max<std::size_t>(1, layout.keys));
+  };
+  context.in_prefetched_line = share(layout.in_prefetched_line);
+  context.in_second_bucket = share(layout.in_second_bucket);
   context.store_slots = index.capacity();
   // Per slot: a 1-byte tag, a 4-byte namespace/group word and the 32-byte digest.
   context.store_bytes = detail::table_bytes_of_slots(context.store_slots);

@@ -105,6 +105,9 @@ class BlockIndex {
     std::size_t keys = 0;                ///< live keys (size())
     std::size_t in_home_bucket = 0;      ///< keys in their home bucket
     std::size_t in_prefetched_line = 0;  ///< of those, keys in their preferred lane's digest line
+    /// Keys in the second bucket of their sequence, which a lookup prefetches as soon as it finds
+    /// the home bucket full with no candidate in it.
+    std::size_t in_second_bucket = 0;
   };
   Layout layout() const;
 

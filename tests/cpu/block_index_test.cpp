@@ -440,7 +440,7 @@ TEST(BlockIndex, BadArgumentsThrowTypedErrorsAndApplyNothing) {
   EXPECT_EQ(moved.insert(0, 0, all(keys)), 2U);
 }
 
-// Most keys lie in the digest line a lookup prefetches with their header (about 68% at load 0.8;
+// Most keys lie in the digest line a lookup prefetches with their header (about 74% at load 0.8;
 // 16% if inserts took the lowest free lane), after direct inserts, after the rehashes of growth
 // and after erases and re-inserts: layout() checks the index itself, not the shared rule alone.
 TEST(BlockIndex, MostKeysLieInTheDigestLineTheirLookupPrefetches) {
@@ -455,7 +455,7 @@ TEST(BlockIndex, MostKeysLieInTheDigestLineTheirLookupPrefetches) {
     const BlockIndex::Layout layout = index.layout();
     EXPECT_EQ(layout.keys, index.size()) << when;
     EXPECT_LE(layout.in_prefetched_line, layout.in_home_bucket) << when;
-    EXPECT_LE(layout.in_home_bucket, layout.keys) << when;
+    EXPECT_LE(layout.in_home_bucket + layout.in_second_bucket, layout.keys) << when;
     EXPECT_GT(static_cast<double>(layout.in_prefetched_line),
               0.5 * static_cast<double>(layout.keys))
         << when << ": " << layout.in_prefetched_line << " of " << layout.keys;

@@ -156,6 +156,50 @@ TEST(PlannedLookup, ProbeManyAnswersEveryStreamLengthAroundItsChunks) {
   }
 }
 
+// A key whose home bucket is full with no candidate continues its sequence, and lookup_stream
+// prefetches its second bucket from the match stage: at load 0.95 many keys lie in their second
+// bucket or further, and every present key must still be found, every absent one not.
+TEST(PlannedLookup, ProbeManyFindsKeysPastAFullHomeBucket) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  BlockIndexOptions options;
+  options.initial_capacity = 12 * 64;
+  options.max_capacity = 12 * 64;
+  options.max_load_factor = 0.95;
+  options.seed = seed | 1U;
+  BlockIndex index(options);
+  const auto hashes = random_hashes(rng, 1400);
+  std::vector<std::uint64_t> present(hashes.size(), 0);
+  for (std::size_t i = 0; i < hashes.size() && index.size() < 12 * 64 * 95 / 100; ++i) {
+    if (rng() % 2 == 0) {
+      index.insert(0, 0, span<const BlockDigest>(&hashes[i], 1));
+      present[i] = 1;
+    }
+  }
+  const BlockIndex::Layout layout = index.layout();
+  ASSERT_GT(layout.in_second_bucket, 0U);
+  ASSERT_LT(layout.in_home_bucket + layout.in_second_bucket, layout.keys) << "none further on";
+  std::vector<ProbeWindow> windows;
+  for (std::size_t first = 0; first < hashes.size(); first += 64) {
+    ProbeWindow win{};
+    win.hashes = hashes.data();
+    win.group_id = 0;
+    win.step = 1;
+    win.first = static_cast<std::int64_t>(first);
+    win.count = static_cast<int>(std::min<std::size_t>(64, hashes.size() - first));
+    windows.push_back(win);
+  }
+  std::vector<std::uint64_t> many(windows.size(), 0);
+  index.view(0).probe_many(windows.data(), windows.size(), many.data());
+  for (std::size_t w = 0; w < windows.size(); ++w) {
+    for (int k = 0; k < windows[w].count; ++k) {
+      ASSERT_EQ((many[w] >> k) & 1U, present[static_cast<std::size_t>(windows[w].first) + k])
+          << "window " << w << " key " << k;
+    }
+  }
+}
+
 /// The one-window-at-a-time lookup: the shared finders over SourceProbe, as before issue 14.
 LookupResult direct_lookup(const Coordinator& c, const std::vector<BlockDigest>& hashes,
                            std::int64_t max_len, const ExistenceSource& store, bool apply_eagle,
