@@ -132,7 +132,7 @@ __device__ __forceinline__ bool coherent_slot_equal(const DeviceTable& t, std::u
 /// tag (release). A thread that sees a busy slot
 /// waits for it to be published before deciding, and a failed CAS re-reads the bucket. Two
 /// threads with the same key follow the same probe sequence and take the same empty slot of a
-/// bucket (the first from the key's preferred lane), so the second always sees the first one's
+/// bucket (first_lane_from the key's preferred lane), so the second always sees the first one's
 /// busy or published slot: a key is stored once.
 /// Slots never return to empty during an insert, so a bucket seen without empties stays so.
 __device__ inline int insert_key(const DeviceTable& t, const SlotKey& key, const SlotPlace& place) {
