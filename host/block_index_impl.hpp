@@ -183,11 +183,6 @@ struct BlockIndex::Impl {
   /// Keys per stage of lookup_stream. 16 made short lookups (79 keys) faster than the per-key
   /// pipeline; 32 and 64 made them slower, their one or two chunks waiting round trips in turn.
   static constexpr std::size_t kStreamChunk = 16;
-  /// Streams of at least this many keys hash a chunk first and then issue its home prefetches in
-  /// a loop of their own: a prefetch waiting for a miss buffer then holds back only prefetches,
-  /// not hashing, and long prompts' single lookups came nearer their hit lines (about 0.15x,
-  /// docs/perf/cpu.md, sixteenth round); short prompts (79 keys) were 9% slower that way.
-  static constexpr std::size_t kSplitStreamMin = 256;
 
   /// Answers the keys key_at(0 .. n-1) (KeyRef) through emit(i, found), in order, as a software
   /// pipeline over chunks of kStreamChunk keys: in period p chunk p+1 is hashed (its home
@@ -213,28 +208,14 @@ struct BlockIndex::Impl {
     std::uint32_t candidates[kSlots];
     const std::size_t chunks = (n + kChunk - 1) / kChunk;
     const auto end_of = [&](std::size_t c) { return std::min(n, (c + 1) * kChunk); };
-    const auto hash_key = [&](std::size_t k) {
-      if (k + kChunk < n) {
-        cpu_index::prefetch_digest(key_at(k + kChunk).digest);
-      }
-      const std::uint64_t hash = hash_of(key_at(k));
-      hashes[k % kSlots] = hash;
-      return hash;
-    };
-    const bool split = n >= kSplitStreamMin;
     const auto hash_chunk = [&](std::size_t c) {
-      const std::size_t e = end_of(c);
-      if (split) {
-        for (std::size_t k = c * kChunk; k < e; ++k) {
-          hash_key(k);
+      for (std::size_t k = c * kChunk, e = end_of(c); k < e; ++k) {
+        if (k + kChunk < n) {
+          cpu_index::prefetch_digest(key_at(k + kChunk).digest);
         }
-        for (std::size_t k = c * kChunk; k < e; ++k) {
-          prefetch_home(hashes[k % kSlots]);
-        }
-        return;
-      }
-      for (std::size_t k = c * kChunk; k < e; ++k) {
-        prefetch_home(hash_key(k));
+        const std::uint64_t hash = hash_of(key_at(k));
+        hashes[k % kSlots] = hash;
+        prefetch_home(hash);
       }
     };
     const auto match_chunk = [&](std::size_t c) {
