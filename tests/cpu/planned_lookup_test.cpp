@@ -14,6 +14,7 @@
 #include "prefixhit/block_index.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/detail/finders.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/errors.hpp"
 #include "test_support.hpp"
 
@@ -171,7 +172,9 @@ TEST(PlannedLookup, ProbeManyFindsKeysPastAFullHomeBucket) {
   BlockIndex index(options);
   const auto hashes = random_hashes(rng, 1400);
   std::vector<std::uint64_t> present(hashes.size(), 0);
-  for (std::size_t i = 0; i < hashes.size() && index.size() < 12 * 64 * 95 / 100; ++i) {
+  // Fill to the load limit, so that many home buckets are full.
+  const std::uint64_t limit = detail::load_limit(options.max_capacity, options.max_load_factor);
+  for (std::size_t i = 0; i < hashes.size() && index.size() < limit; ++i) {
     if (rng() % 2 == 0) {
       index.insert(0, 0, span<const BlockDigest>(&hashes[i], 1));
       present[i] = 1;
