@@ -13,9 +13,10 @@
 #   6. writes a short markdown table to $OUT/gpu-table.md (and prints it).
 # A device lease is short, so the whole check runs inside PREFIXHIT_GPU_CHECK_BUDGET seconds
 # (default 480): each step's timeout is cut to what is left, and a step with under 15 s left is
-# reported as "skipped (out of time)". The table and a tarball of every log
-# ($OUT/gpu-check-logs.tar.gz) are rewritten after each step, so a run killed at the device's
-# limit still returns what it did (the device returns at most 8 files).
+# reported as FAILED "out of time" (the CLI benchmarks stop, and their row counts what ran).
+# The table and a tarball of every log ($OUT/gpu-check-logs.tar.gz) are rewritten after each
+# step, so a run killed at the device's limit still returns what it did (the device returns at
+# most 8 files).
 # Never changes the GPU's clocks, power or mode. Usage: OUT=/some/dir scripts/gpu-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -58,8 +59,9 @@ c_abi_tests=(c_api_router_gpu c_api_device_index c_api_mirror_device)
 { nvidia-smi; nvcc --version; } >"$logs/machine.txt" 2>&1
 
 # ---- 1. build ----------------------------------------------------------------------------------
-# One ninja run for every target, with -k 0 so that a target that does not build here (the mirror
-# test without ZeroMQ, Google Benchmark that does not link) stops nothing else.
+# One ninja run for every target this configuration has (the mirror test exists only with
+# ZeroMQ), with -k 0 so that one that fails to build (Google Benchmark that does not link) stops
+# nothing else.
 log "configure + build (sm_90)"
 start=$(date +%s)
 # PREFIXHIT_CARRY_ONLY=1 ignores this machine's packages, as on the GPU machine (a dry run here).
