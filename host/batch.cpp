@@ -83,8 +83,9 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
       std::max(detail::choose_threads(r, options.num_threads, 8),
                detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 20));
   // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
-  // With workers, chunks are smaller (about four per thread, at least one request) and claimed
-  // one at a time, so a worker that starts late takes only what is left; workers start only if
+  // With workers, chunks are smaller (at most about a quarter of a thread's share, at least one
+  // request) and claimed from a shared counter, shorter towards the end, so that a worker that
+  // starts late takes only what is left and the threads finish together; workers start only if
   // the first requests' time says the rest is worth them (parallel_ranges_if_worth).
   constexpr std::size_t kChunk = 64;
   const int workers = std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1)));

@@ -1,5 +1,6 @@
-// Small fork-join helpers: contiguous ranges (parallel_for) or items claimed one at a time
-// (parallel_claim), run on the calling thread and the process's worker pool (worker_pool.hpp).
+// Small fork-join helpers: contiguous ranges (parallel_for) or ranges claimed from a shared
+// counter (parallel_claim_ranges), run on the calling thread and the process's worker pool
+// (worker_pool.hpp).
 #pragma once
 
 #include <algorithm>
@@ -87,31 +88,48 @@ void parallel_for(std::size_t n, int threads, const Body& body, const Start& sta
       parts, [&](std::size_t p) { body(n * p / parts, n * (p + 1) / parts); }, start);
 }
 
-/// Calls body(item) once for every item in [0, n), the calling thread and up to threads - 1
-/// workers each claiming the next item from a shared counter. A worker can start late (a parked
-/// pool thread takes about 5 us to wake, a new thread 18-70 us, more when the other core sleeps),
-/// so under a static split the caller, done with its half, would wait for a late worker's whole
-/// half; here a late worker takes only what is left. After an item throws, no new item is claimed;
-/// the first exception is rethrown once every thread has stopped.
+/// Calls body(begin, end) on ranges covering [begin, n) that threads claim from a shared counter
+/// (guided self-scheduling): each claim takes the items left divided by 2 x the threads, at most
+/// `largest` and at least `smallest`. Early ranges are long (their probes overlap in one pipeline)
+/// and the last ones short, so that the threads finish within about `smallest` items of each
+/// other: with fixed ranges of 8 lookups, a thread left alone with the last range idled the other
+/// for up to 8 lookups. A worker can start late (a parked pool thread takes about 5 us to wake, a
+/// new thread 18-70 us, more when the other core sleeps): under a static split the caller, done
+/// with its half, would wait for a late worker's whole half; here a late worker takes only what
+/// is left. Threads that cannot start and exceptions are handled as in run_parts; after a range
+/// throws, no new range is claimed.
 template <class Body, class Start = StartPooled>
-void parallel_claim(std::size_t n, int threads, const Body& body, const Start& start = Start{}) {
-  if (threads <= 1 || n <= 1) {
-    for (std::size_t i = 0; i < n; ++i) {
-      body(i);
-    }
+void parallel_claim_ranges(std::size_t begin, std::size_t n, std::size_t smallest,
+                           std::size_t largest, int threads, const Body& body,
+                           const Start& start = Start{}) {
+  if (begin >= n) {
     return;
   }
-  std::atomic<std::size_t> next{0};
+  smallest = std::max<std::size_t>(smallest, 1);
+  largest = std::max(largest, smallest);
+  const std::size_t parts = std::min(static_cast<std::size_t>(std::max(threads, 1)),
+                                     (n - begin + smallest - 1) / smallest);
+  std::atomic<std::size_t> next{begin};
   std::atomic<bool> failed{false};
-  const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(threads), n);
+  const auto claim = [&](std::size_t& from, std::size_t& to) {
+    from = next.load(std::memory_order_relaxed);
+    do {
+      if (from >= n) {
+        return false;
+      }
+      to = from + std::clamp((n - from) / (2 * parts), smallest, largest);
+      to = std::min(to, n);
+    } while (!next.compare_exchange_weak(from, to, std::memory_order_relaxed));
+    return true;
+  };
   run_parts(
       parts,
       [&](std::size_t) {
         try {
-          for (std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
-               i < n && !failed.load(std::memory_order_relaxed);
-               i = next.fetch_add(1, std::memory_order_relaxed)) {
-            body(i);
+          std::size_t from = 0;
+          std::size_t to = 0;
+          while (!failed.load(std::memory_order_relaxed) && claim(from, to)) {
+            body(from, to);
           }
         } catch (...) {
           failed.store(true, std::memory_order_relaxed);
@@ -122,15 +140,17 @@ void parallel_claim(std::size_t n, int threads, const Body& body, const Start& s
 }
 
 /// Calls body(begin, end) on ranges covering [0, n), for work whose cost is not known up front.
-/// Ranges of `large` items run best on one thread (their probes overlap in one pipeline); ranges of
-/// `small` items share out among threads. The calling thread first runs a quarter of a small
-/// range, [0, max(1, small / 4)), and times it, then starts workers only as many as the items
-/// left are worth at that pace, one per `min_seconds_per_worker` of remaining work (0: up to
-/// `threads` regardless), and these claim the rest in ranges of `small` (parallel_claim). Worth
-/// none, the caller runs the rest in ranges of `large`. A worker costs a wake-up (a start, for
-/// the pool's first call), and small ranges lose the overlap: 64 lookups of 4096-token prompts
-/// (270-320 us on one thread) took 1.1-1.8x as long on two threads, ranges of 8, as on one (paired
-/// medians). The timed range is short so that the work done before any worker starts stays small.
+/// Ranges of `large` items run best on one thread (their probes overlap in one pipeline). The
+/// calling thread first runs a quarter of a `small` range, [0, max(1, small / 4)), and times it,
+/// then starts workers only as many as the items left are worth at that pace, one per
+/// `min_seconds_per_worker` of remaining work (0: up to `threads` regardless), and these claim
+/// the rest in guided ranges of at most `small` items (parallel_claim_ranges), down to as many as
+/// take about 8 us at that pace. Worth none, the caller runs the rest in ranges of `large`. A
+/// worker costs a wake-up (a start, for the pool's first call), and short ranges lose the overlap:
+/// 64 lookups of 4096-token prompts (270-320 us on one thread) took 1.1-1.8x as long on two
+/// threads, fixed ranges of 8, as on one (paired medians), and guided ranges of up to 64 (larger
+/// first claims) cost those 12% more again. The timed range is short so that the work done before
+/// any worker starts stays small.
 template <class Body, class Start = StartPooled>
 void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t large, int threads,
                               double min_seconds_per_worker, const Body& body,
@@ -162,12 +182,16 @@ void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t larg
     serial_from(first);
     return;
   }
-  parallel_claim((n - first + small - 1) / small, workers,
-                 [&](std::size_t k) {
-                   const std::size_t begin = first + small * k;
-                   body(begin, std::min(n, begin + small));
-                 },
-                 start);
+  // The shortest range takes about kShortestRangeSeconds at the timed pace: a range has a fixed
+  // cost (its probe pipeline fills and drains) that one or two short lookups do not repay.
+  constexpr double kShortestRangeSeconds = 8e-6;
+  const double item_seconds = first_seconds / static_cast<double>(first);
+  const std::size_t shortest =
+      item_seconds >= kShortestRangeSeconds
+          ? first
+          : std::clamp<std::size_t>(static_cast<std::size_t>(kShortestRangeSeconds / item_seconds),
+                                    first, small);
+  parallel_claim_ranges(first, n, shortest, small, workers, body, start);
 }
 
 }  // namespace prefixhit::detail

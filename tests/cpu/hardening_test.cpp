@@ -3,11 +3,13 @@
 // PlanAnswers bound to their plan; the C ABI's digest counts and namespaces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
 #include <limits>
+#include <random>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -198,16 +200,58 @@ TEST(Hardening, ParallelForRethrowsAWorkersExceptionAfterJoiningAll) {
   EXPECT_EQ(ranges.load(), 4);
 }
 
-TEST(Hardening, ParallelClaimRunsEveryItemOnceWhenThreadsCannotStart) {
+/// body(begin, end) for parallel_claim_ranges that calls item(i) for each i of its range.
+template <class Item>
+auto each_item(const Item& item) {
+  return [&item](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      item(i);
+    }
+  };
+}
+
+TEST(Hardening, ParallelClaimRangesRunsEveryItemOnceWhenThreadsCannotStart) {
   for (int allowed_threads : {0, 1, 3}) {
     std::vector<std::atomic<int>> seen(1000);
     int allowed = allowed_threads;
-    detail::parallel_claim(
-        seen.size(), 8, [&](std::size_t i) { ++seen[i]; }, FailingStarter{&allowed});
+    const auto item = [&](std::size_t i) { ++seen[i]; };
+    detail::parallel_claim_ranges(5, seen.size(), 1, 64, 8, each_item(item),
+                                  FailingStarter{&allowed});
     for (std::size_t i = 0; i < seen.size(); ++i) {
-      ASSERT_EQ(seen[i].load(), 1) << "item " << i << " with " << allowed_threads << " threads";
+      ASSERT_EQ(seen[i].load(), i < 5 ? 0 : 1)
+          << "item " << i << " with " << allowed_threads << " threads";
     }
   }
+}
+
+TEST(Hardening, ParallelClaimRangesShrinkTowardsTheEnd) {
+  // No thread starts, so the caller claims every range in turn: each takes the items left over
+  // 2 x 4 threads, within [3, 16], the last one clipped at n.
+  using Range = std::pair<std::size_t, std::size_t>;
+  std::mt19937_64 rng{std::random_device{}()};
+  const std::size_t n = 20 + rng() % 1000;
+  std::vector<Range> ranges;
+  int allowed = 0;
+  detail::parallel_claim_ranges(
+      0, n, 3, 16, 4, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
+      FailingStarter{&allowed});
+  std::size_t at = 0;
+  for (const Range& r : ranges) {
+    ASSERT_EQ(r.first, at) << "n " << n;
+    const std::size_t want = std::min(n - at, std::clamp<std::size_t>((n - at) / 8, 3, 16));
+    ASSERT_EQ(r.second - r.first, want) << "range from " << at << " of n " << n;
+    at = r.second;
+  }
+  EXPECT_EQ(at, n);
+  EXPECT_LE(ranges.back().second - ranges.back().first, 3U);
+  // Nothing to claim: no range, no thread.
+  ranges.clear();
+  allowed = 100;
+  detail::parallel_claim_ranges(
+      7, 7, 1, 4, 4, [&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); },
+      FailingStarter{&allowed});
+  EXPECT_TRUE(ranges.empty());
+  EXPECT_EQ(allowed, 100);
 }
 
 /// Starts each worker behind a gate that the body opens, so the worker is as late as it can be.
@@ -222,43 +266,43 @@ struct GatedStarter {
   }
 };
 
-TEST(Hardening, ParallelClaimLeavesALateWorkerOnlyWhatIsLeft) {
+TEST(Hardening, ParallelClaimRangesLeavesALateWorkerOnlyWhatIsLeft) {
   // The worker may start only once the last item is claimed; under a static split it would
   // still own half the items, and the caller would wait for it.
   const std::size_t n = 64;
   std::promise<void> gate;
   std::vector<std::thread::id> ran_on(n);
-  detail::parallel_claim(
-      n, 2,
-      [&](std::size_t i) {
-        ran_on[i] = std::this_thread::get_id();
-        if (i == n - 1) {
-          gate.set_value();
-        }
-      },
-      GatedStarter{&gate});
+  const auto item = [&](std::size_t i) {
+    ran_on[i] = std::this_thread::get_id();
+    if (i == n - 1) {
+      gate.set_value();
+    }
+  };
+  detail::parallel_claim_ranges(0, n, 1, 8, 2, each_item(item), GatedStarter{&gate});
   for (std::size_t i = 0; i < n; ++i) {
     ASSERT_EQ(ran_on[i], std::this_thread::get_id()) << "item " << i;
   }
 }
 
-TEST(Hardening, ParallelClaimRethrowsAndStopsClaiming) {
+TEST(Hardening, ParallelClaimRangesRethrowsAndStopsClaiming) {
   const auto failing_body = [](std::atomic<int>& ran) {
-    return [&ran](std::size_t i) {
+    return [&ran](std::size_t begin, std::size_t end) {
       ++ran;
-      if (i == 10) {
+      if (begin <= 10 && 10 < end) {
         throw InvalidArgument("item failed");
       }
     };
   };
   std::atomic<int> ran{0};
-  EXPECT_THROW(detail::parallel_claim(100000, 4, failing_body(ran)), InvalidArgument);
+  EXPECT_THROW(detail::parallel_claim_ranges(0, 100000, 1, 1, 4, failing_body(ran)),
+               InvalidArgument);
   EXPECT_GE(ran.load(), 11);
   // With no thread started every part runs on the caller, one after another: the parts after
   // the failing one claim nothing.
   std::atomic<int> ran_alone{0};
   int allowed = 0;
-  EXPECT_THROW(detail::parallel_claim(100000, 4, failing_body(ran_alone), FailingStarter{&allowed}),
+  EXPECT_THROW(detail::parallel_claim_ranges(0, 100000, 1, 1, 4, failing_body(ran_alone),
+                                             FailingStarter{&allowed}),
                InvalidArgument);
   EXPECT_EQ(ran_alone.load(), 11);
 }
@@ -275,12 +319,16 @@ TEST(Hardening, ParallelRangesIfWorthStartsWorkersOnlyForWorkWorthThem) {
   EXPECT_EQ(allowed, 100) << "a worker started for no work";
   EXPECT_EQ(ranges, (std::vector<Range>{{0, 2}, {2, 18}, {18, 34}, {34, 40}}));
   // Ranges of 2 ms, one worker per 1 us of the work left: up to `threads`, so three workers,
-  // and every item once, in ranges of at most 4 (the first of 1).
+  // and every item once, in guided ranges of at most `small`, 4 (the first of 1), the last of 1
+  // (an item takes more than the shortest range's 8 us).
   std::vector<std::atomic<int>> seen(30);
   detail::parallel_ranges_if_worth(
       seen.size(), 4, 16, 4, 1e-6,
       [&](std::size_t b, std::size_t e) {
         EXPECT_LE(e - b, 4U);
+        if (e == seen.size()) {
+          EXPECT_EQ(e - b, 1U) << "the last range";
+        }
         for (std::size_t i = b; i < e; ++i) {
           ++seen[i];
         }
