@@ -184,13 +184,14 @@ void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t larg
   }
   // The shortest range takes about kShortestRangeSeconds at the timed pace: a range has a fixed
   // cost (its probe pipeline fills and drains) that one or two short lookups do not repay.
+  // Bounded in double before the conversion: a timed range that read as 0 s must not convert inf.
   constexpr double kShortestRangeSeconds = 8e-6;
   const double item_seconds = first_seconds / static_cast<double>(first);
-  const std::size_t shortest =
-      item_seconds >= kShortestRangeSeconds
-          ? first
-          : std::clamp<std::size_t>(static_cast<std::size_t>(kShortestRangeSeconds / item_seconds),
-                                    first, small);
+  const double items_per_range =
+      item_seconds > 0 ? kShortestRangeSeconds / item_seconds : static_cast<double>(small);
+  const std::size_t shortest = std::clamp<std::size_t>(
+      static_cast<std::size_t>(std::min(items_per_range, static_cast<double>(small))), first,
+      small);
   parallel_claim_ranges(first, n, shortest, small, workers, body, start);
 }
 
