@@ -123,7 +123,9 @@ struct BlockIndex::Impl {
 
   /// Answers up to 64 keys (KeyAt(k) -> KeyRef); bit k of the result is key k's answer. Three
   /// stages per key: hash it and prefetch its home bucket header; match the header's tags and
-  /// prefetch the digest of the first lane whose tag matches; compare. One loop runs them kLag
+  /// prefetch the digest of the first lane whose tag matches, if its meta word is the key's (the
+  /// header is in cache then: a match stage checked both with 3% less time than a compare stage
+  /// checking the meta word); compare. One loop runs them kLag
   /// keys apart (key k hashed, key k - kLag matched, key k - 2*kLag compared), so each stage's
   /// line had kLag keys of work to arrive, and the stages' instructions share the core instead
   /// of running as three loops in turn: 4-9% less time per lookup than the three loops, from
@@ -131,13 +133,12 @@ struct BlockIndex::Impl {
   /// instructions (a table in cache), so a key's common case is kept short: a hit is its first
   /// tag match, confirmed by that lane's meta word and digest; any other case (no tag match, a
   /// tag twin first) takes home_answer's full path. Between the stages a key is its hash and
-  /// its first tag match's meta word and digest (the caller's digest is read again, from cache).
+  /// its first tag match's digest line (the caller's digest is read again, from cache).
   template <class KeyAt>
   std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
     constexpr int kLag = 8;  // 4 and 8 even; 12 and 16 slower from cache
     std::uint64_t hashes[64];
-    const std::uint32_t* first_meta[64];  // null: no tag matches
-    const BlockDigest* first_digest[64];
+    const BlockDigest* first_digest[64];  // null: the first tag match's meta word differs
     const detail::BucketHeader* headers = table.headers.get();
     std::uint64_t bits = 0;
     const auto hash_stage = [&](int k) {
@@ -147,18 +148,19 @@ struct BlockIndex::Impl {
     const auto match_stage = [&](int k) {
       const std::uint64_t bucket = hashes[k] & table.bucket_mask;
       const std::uint32_t c = cpu_index::match_tags(headers + bucket, detail::tag_of(hashes[k]));
-      first_meta[k] = nullptr;
+      first_digest[k] = nullptr;
       if (c != 0) {
         const int lane = __builtin_ctz(c);
-        first_meta[k] = &headers[bucket].metas[lane];
-        first_digest[k] = table.digests.get() + detail::slot_of(bucket, lane);
-        cpu_index::prefetch(first_digest[k]);
+        if (headers[bucket].metas[lane] == key_at(k).meta) {
+          first_digest[k] = table.digests.get() + detail::slot_of(bucket, lane);
+          cpu_index::prefetch(first_digest[k]);
+        }
       }
     };
     const auto compare_stage = [&](int k) {
       const KeyRef key = key_at(k);
-      const bool first_is_key = first_meta[k] != nullptr && *first_meta[k] == key.meta &&
-                                cpu_index::digest_equal(*key.digest, *first_digest[k]);
+      const bool first_is_key =
+          first_digest[k] != nullptr && cpu_index::digest_equal(*key.digest, *first_digest[k]);
       if (first_is_key || full_answer(key, hashes[k])) {
         bits |= std::uint64_t{1} << k;
       }
