@@ -1,0 +1,254 @@
+// The read side of the CPU BlockIndex (internal to host/block_index*.cpp): the table with its
+// hash secret, and the lookup pipelines over the slot logic shared with the GPU index
+// (detail/index_slots.hpp). A lookup prefetches a key's header line (on large tables with its
+// preferred lane's digest line), decides on its tags and meta words, then prefetches the
+// candidate's digest line (already on its way for most keys). BlockIndex::Impl
+// (host/block_index_impl.hpp) adds the writes.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "host/block_index_table.hpp"
+#include "prefixhit/detail/index_slots.hpp"
+#include "prefixhit/types.hpp"
+
+namespace prefixhit::cpu_index {
+
+/// A table and its reads. Lookups share the index's lock; nothing here writes.
+struct TableLookups {
+  Table table;
+  /// The per-index secret of the slot hash (index_slots.hpp), drawn from the index's seed.
+  detail::IndexHashKey hash_key{};
+
+  detail::SlotPlace place(const detail::SlotKey& key) const {
+    return detail::place_of(detail::slot_hash(key, hash_key), table.bucket_mask);
+  }
+
+  std::int64_t find(const detail::SlotKey& key) const {
+    return detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask, key,
+                             place(key));
+  }
+
+  /// A key to look up, by reference: the caller's digest where it lies and its meta word. The
+  /// lookups keep this, not a copy of the key, between their stages.
+  struct KeyRef {
+    const BlockDigest* digest;
+    std::uint32_t meta;
+  };
+
+  std::uint64_t hash_of(const KeyRef& key) const {
+    return detail::digest_slot_hash(*key.digest, key.meta, hash_key);
+  }
+
+  /// Prefetches the digest line of a key's first candidate in its home bucket (header in cache);
+  /// returns the candidates: the lanes whose tag and meta word equal the key's, the digests to
+  /// compare.
+  std::uint32_t prefetch_candidate(std::uint64_t bucket, std::uint8_t tag,
+                                   std::uint32_t meta) const {
+    const std::uint32_t c = candidates_of(table.headers.get() + bucket, tag, meta);
+    if (c != 0) {
+      prefetch(table.digests.get() + detail::slot_of(bucket, __builtin_ctz(c)));
+    }
+    return c;
+  }
+
+  /// Prefetches a key's home bucket header and its preferred lane's digest line together: a key
+  /// inserted while that lane was free (most keys) is then found in one round trip to memory.
+  void prefetch_home(std::uint64_t hash) const { prefetch_bucket(hash & table.bucket_mask, hash); }
+
+  /// Prefetches a bucket's header and the digest line of the key's preferred lane there: inserts
+  /// take that lane first in every bucket of a key's sequence, not only its home.
+  void prefetch_bucket(std::uint64_t bucket, std::uint64_t hash) const {
+    prefetch(table.headers.get() + bucket);
+    prefetch(table.digests.get() + detail::slot_of(bucket, detail::preferred_lane(hash)));
+  }
+
+  /// Matches the home header (in cache) and prefetches the first candidate's digest line. A key
+  /// with no candidate in a full home bucket continues its sequence: its second bucket is
+  /// prefetched the same way, so that the compare stage does not wait two round trips for it.
+  std::uint32_t match_and_prefetch(std::uint64_t hash, std::uint32_t meta) const {
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    const std::uint32_t c = prefetch_candidate(bucket, detail::tag_of(hash), meta);
+    if (c == 0 && match_tags(table.headers.get() + bucket, detail::kEmptyTag) == 0) {
+      prefetch_bucket(
+          detail::probe_bucket(detail::place_of(hash, table.bucket_mask), 1, table.bucket_mask),
+          hash);
+    }
+    return c;
+  }
+
+  /// The answer of a key from its hash and home-bucket candidates: found, or not found and
+  /// decided (the home bucket has an empty slot, so no key lies further along its sequence), or
+  /// undecided (a full bucket: find_slot follows the sequence). A candidate's meta word is known
+  /// equal, so only its digest is compared. The empty-slot test waits for a miss: a hit, the
+  /// common case, never needs it.
+  bool home_answer(const KeyRef& key, std::uint64_t hash, std::uint32_t candidates) const {
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    const BlockDigest* home = table.digests.get() + detail::slot_of(bucket, 0);
+    for (std::uint32_t c = candidates; c != 0; c &= c - 1) {
+      if (digest_equal(*key.digest, home[__builtin_ctz(c)])) {
+        return true;
+      }
+    }
+    if (match_tags(table.headers.get() + bucket, detail::kEmptyTag) != 0) {
+      return false;
+    }
+    return detail::find_slot(table.headers.get(), table.digests.get(), table.bucket_mask,
+                             detail::make_slot_key(*key.digest, key.meta),
+                             detail::place_of(hash, table.bucket_mask)) >= 0;
+  }
+
+  /// Answers up to 64 keys (KeyAt(k) -> KeyRef); bit k of the result is key k's answer. Three
+  /// stages per key: hash it and prefetch its home bucket header; match the header's tags and
+  /// prefetch the digest of the first lane whose tag matches, if its meta word is the key's (the
+  /// header is in cache then: a match stage checked both with 3% less time than a compare stage
+  /// checking the meta word); compare. One loop runs them kLag
+  /// keys apart (key k hashed, key k - kLag matched, key k - 2*kLag compared), so each stage's
+  /// line had kLag keys of work to arrive, and the stages' instructions share the core instead
+  /// of running as three loops in turn: 4-9% less time per lookup than the three loops, from
+  /// cache and from memory alike (docs/perf/cpu.md, nineteenth round). This path is bound by
+  /// instructions (a table in cache), so a key's common case is kept short: a hit is its first
+  /// tag match, confirmed by that lane's meta word and digest; any other case (no tag match, a
+  /// tag twin first) takes home_answer's full path. Between the stages a key is its hash and
+  /// its first tag match's digest line (the caller's digest is read again, from cache).
+  template <class KeyAt>
+  std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
+    constexpr int kLag = 8;  // 4 and 8 even; 12 and 16 slower from cache
+    std::uint64_t hashes[64];
+    const BlockDigest* first_digest[64];  // null: the first tag match's meta word differs
+    const detail::BucketHeader* headers = table.headers.get();
+    std::uint64_t bits = 0;
+    const auto hash_stage = [&](int k) {
+      hashes[k] = hash_of(key_at(k));
+      prefetch(headers + (hashes[k] & table.bucket_mask));
+    };
+    const auto match_stage = [&](int k) {
+      const std::uint64_t bucket = hashes[k] & table.bucket_mask;
+      const std::uint32_t c = match_tags(headers + bucket, detail::tag_of(hashes[k]));
+      first_digest[k] = nullptr;
+      if (c != 0) {
+        const int lane = __builtin_ctz(c);
+        if (headers[bucket].metas[lane] == key_at(k).meta) {
+          first_digest[k] = table.digests.get() + detail::slot_of(bucket, lane);
+          prefetch(first_digest[k]);
+        }
+      }
+    };
+    const auto compare_stage = [&](int k) {
+      const KeyRef key = key_at(k);
+      const bool first_is_key =
+          first_digest[k] != nullptr && digest_equal(*key.digest, *first_digest[k]);
+      if (first_is_key || full_answer(key, hashes[k])) {
+        bits |= std::uint64_t{1} << k;
+      }
+    };
+    const int a = std::min(count, kLag);
+    const int b = std::min(count, 2 * kLag);
+    int k = 0;
+    for (; k < a; ++k) {
+      hash_stage(k);
+    }
+    for (; k < b; ++k) {
+      hash_stage(k);
+      match_stage(k - kLag);
+    }
+    for (; k < count; ++k) {
+      hash_stage(k);
+      match_stage(k - kLag);
+      compare_stage(k - 2 * kLag);
+    }
+    for (int m = std::max(count - kLag, 0); m < count; ++m) {
+      match_stage(m);
+    }
+    for (int c = std::max(count - 2 * kLag, 0); c < count; ++c) {
+      compare_stage(c);
+    }
+    return bits;
+  }
+
+  /// home_answer from the hash alone: the candidates (tag and meta word) matched again.
+  bool full_answer(const KeyRef& key, std::uint64_t hash) const {
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    return home_answer(key, hash,
+                       candidates_of(table.headers.get() + bucket, detail::tag_of(hash), key.meta));
+  }
+
+  /// Keys per stage of lookup_stream. 16 made short lookups (79 keys) faster than the per-key
+  /// pipeline; 32 and 64 made them slower, their one or two chunks waiting round trips in turn.
+  static constexpr std::size_t kStreamChunk = 16;
+
+  /// Answers the keys key_at(0 .. n-1) (KeyRef) through emit(i, found), in order, as a software
+  /// pipeline over chunks of kStreamChunk keys: in period p chunk p+1 is hashed (its home
+  /// headers and preferred lanes' digest lines prefetched, and chunk p+2's caller digests), chunk
+  /// p's headers are matched on tags and meta words (the first candidate's digest line
+  /// prefetched, the same line for most keys; for a full home bucket with no candidate, the second
+  /// bucket's two lines), and chunk p-1 is compared. A miss needs only the header line (and costs
+  /// one wasted digest line).
+  ///
+  /// Why each stage loops over a chunk instead of all stages running per key: on a table far
+  /// larger than the caches a prefetch that finds no free miss buffer holds up retirement, so only
+  /// the prefetches within the reorder window overlap. Per key the stages put about 130
+  /// instructions between one key's home prefetches and the next key's; the hashing loop puts
+  /// about 45. Single lookups on 61.6M keys took 12-15% less (docs/perf/cpu.md, fifteenth
+  /// round). The caller digests are prefetched one key at a time inside the hashing loop: a
+  /// separate burst of them per chunk lost half of long streams' digests before they were read.
+  template <class KeyAt, class Emit>
+  void lookup_stream(std::size_t n, const KeyAt& key_at, const Emit& emit) const {
+    constexpr std::size_t kChunk = kStreamChunk;
+    constexpr std::size_t kSlots = 4 * kChunk;  // holds chunks p-1 .. p+1; a power of two
+    static_assert((kSlots & (kSlots - 1)) == 0, "kSlots must be a power of two");
+    std::uint64_t hashes[kSlots];
+    std::uint32_t candidates[kSlots];
+    const std::size_t chunks = (n + kChunk - 1) / kChunk;
+    const auto end_of = [&](std::size_t c) { return std::min(n, (c + 1) * kChunk); };
+    const auto hash_chunk = [&](std::size_t c) {
+      for (std::size_t k = c * kChunk, e = end_of(c); k < e; ++k) {
+        if (k + kChunk < n) {
+          prefetch_digest(key_at(k + kChunk).digest);
+        }
+        const std::uint64_t hash = hash_of(key_at(k));
+        hashes[k % kSlots] = hash;
+        prefetch_home(hash);
+      }
+    };
+    const auto match_chunk = [&](std::size_t c) {
+      for (std::size_t k = c * kChunk, e = end_of(c); k < e; ++k) {
+        candidates[k % kSlots] = match_and_prefetch(hashes[k % kSlots], key_at(k).meta);
+      }
+    };
+    const auto compare_chunk = [&](std::size_t c) {
+      for (std::size_t k = c * kChunk, e = end_of(c); k < e; ++k) {
+        emit(k, home_answer(key_at(k), hashes[k % kSlots], candidates[k % kSlots]));
+      }
+    };
+    if (chunks == 0) {
+      return;
+    }
+    // Chunk 0's caller digests are not prefetched by an earlier chunk: request them all at once,
+    // so that its hashing waits one round trip, not one per key.
+    for (std::size_t k = 0; k < end_of(0); ++k) {
+      prefetch_digest(key_at(k).digest);
+    }
+    hash_chunk(0);
+    for (std::size_t p = 0; p <= chunks; ++p) {
+      if (p + 1 < chunks) {
+        hash_chunk(p + 1);
+      }
+      if (p < chunks) {
+        match_chunk(p);
+      }
+      if (p >= 1) {
+        compare_chunk(p - 1);
+      }
+    }
+  }
+
+  template <class KeyAt>
+  void lookup_many(std::size_t n, const KeyAt& key_at, std::uint8_t* out) const {
+    lookup_stream(n, key_at, [&](std::size_t i, bool found) { out[i] = found ? 1 : 0; });
+  }
+};
+
+}  // namespace prefixhit::cpu_index
