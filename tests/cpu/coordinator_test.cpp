@@ -2,6 +2,8 @@
 // chunk keys and the integer helpers, on the worked examples of SEMANTICS.md.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/errors.hpp"
 #include "prefixhit/hashing.hpp"
+#include "test_support.hpp"
 
 namespace prefixhit {
 namespace {
@@ -72,6 +75,38 @@ TEST(IntegerHelpers, FloorAndCeilFollowPython) {
   EXPECT_EQ(ceil_div(0, 5), 0);
   EXPECT_EQ(floor_mod(-1, 16), 15);
   EXPECT_EQ(floor_mod(17, 16), 1);
+}
+
+// floor_div and floor_mod shift and mask for a power-of-two divisor: on fresh random operands of
+// both signs, every divisor 1..4096 (powers of two and not) and some past 2^40 must give
+// Python's `//` and `%`, computed here with plain division and a sign fix.
+TEST(IntegerHelpers, PowerOfTwoShortcutsMatchDivision) {
+  const std::uint64_t seed = testing::test_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const auto python_div = [](std::int64_t a, std::int64_t b) {
+    const std::int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+  };
+  std::vector<std::int64_t> divisors;
+  for (std::int64_t b = 1; b <= 4096; ++b) {
+    divisors.push_back(b);
+  }
+  for (int e = 40; e < 62; ++e) {
+    divisors.push_back(std::int64_t{1} << e);
+    divisors.push_back((std::int64_t{1} << e) + 1);
+  }
+  for (const std::int64_t b : divisors) {
+    for (int i = 0; i < 16; ++i) {
+      const auto a = static_cast<std::int64_t>(rng() >> (rng() % 64)) * (rng() % 2 == 0 ? 1 : -1);
+      const std::int64_t q = python_div(a, b);
+      ASSERT_EQ(detail::floor_div(a, b), q) << a << " // " << b;
+      ASSERT_EQ(detail::floor_mod(a, b), a - q * b) << a << " % " << b;
+      ASSERT_EQ(detail::ceil_div(a, b), -python_div(-a, b)) << a << " / " << b;
+    }
+  }
+  EXPECT_EQ(detail::floor_div(-5, -2), 2);  // a negative divisor keeps the division
+  EXPECT_EQ(detail::floor_mod(5, -2), -1);
 }
 
 TEST(Validation, RejectsEachRuleWithANamedField) {

@@ -33,14 +33,14 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int6
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t unaligned_top_blocks(std::int64_t total,
                                                                      std::int64_t b, std::int64_t a,
                                                                      std::int64_t edge_offset) {
-  std::int64_t x = a;
-  std::int64_t y = b;
-  while (y != 0) {  // gcd(a, b): block sizes are powers of two in practice, so a step or two
+  std::int64_t x = is_pow2(a) && is_pow2(b) ? min64(a, b) : a;  // gcd(a, b) of powers of two
+  std::int64_t y = is_pow2(a) && is_pow2(b) ? 0 : b;
+  while (y != 0) {  // gcd(a, b) by Euclid's steps
     const std::int64_t r = x % y;
     x = y;
     y = r;
   }
-  return min64(min64(floor_mod(total - 1 + edge_offset, a / x), total), 64);
+  return min64(min64(floor_mod(total - 1 + edge_offset, floor_div(a, x)), total), 64);
 }
 
 /// Blocks the full-attention walk of spec group `sg` may read under bound `max_len`.
@@ -48,7 +48,7 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t full_attention_max_blocks(const 
                                                                           int sg, std::int64_t n,
                                                                           std::int64_t max_len) {
   const std::int64_t b = plan.spec_groups[sg].block_size;
-  return min64(floor_div(max_len, b), n / (b / plan.hash_block_size));
+  return min64(floor_div(max_len, b), floor_div(n, floor_div(b, plan.hash_block_size)));
 }
 
 /// Full attention and MLA (SEMANTICS.md 4.1). Returns the hit length in tokens.
@@ -59,7 +59,7 @@ PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, st
   const std::int64_t b = plan.spec_groups[sg].block_size;
   const std::int64_t a = plan.alignment;
   const std::int64_t h = plan.hash_block_size;
-  const std::int64_t s = b / h;
+  const std::int64_t s = floor_div(b, h);
   const std::int64_t max_blocks = full_attention_max_blocks(plan, sg, n, max_len);
   std::int64_t blocks = 0;
   if (max_blocks > 0) {
@@ -69,7 +69,7 @@ PREFIXHIT_HD std::int64_t find_full_attention(const LookupPlan& plan, int sg, st
   std::int64_t len = blocks * b;
   if (a < b) {
     // Fine-grained phase: one more, partially filled block ending at the last present hash.
-    const std::int64_t sub = b / a;
+    const std::int64_t sub = floor_div(b, a);
     const std::int64_t first = blocks * sub;
     const std::int64_t top = min64(min64(first + sub - 1, floor_div(max_len, a)), n) - 1;
     if (top >= first) {
@@ -106,10 +106,10 @@ PREFIXHIT_HD ErrorKind find_sliding_window(const LookupPlan& plan, int sg, std::
     return ErrorKind::unsupported_alignment_sliding_window;
   }
   // With a < b (vllm-0.33, partial forced on) a divides b, so every alignment test below passes.
-  const std::int64_t s = b / plan.hash_block_size;
+  const std::int64_t s = floor_div(b, plan.hash_block_size);
   const std::int64_t need = ceil_div(spec.window - 1, b) + (drop ? 1 : 0);
   const std::int64_t total = floor_div(max_len, b);
-  if (total > n / s) {
+  if (total > floor_div(n, s)) {
     return ErrorKind::invalid_argument;
   }
   out.num_blocks = total;
@@ -181,18 +181,18 @@ PREFIXHIT_HD ErrorKind find_chunked_local(const LookupPlan& plan, int sg, std::i
   if (b != plan.alignment) {
     return ErrorKind::unsupported_alignment_chunked_local;
   }
-  const std::int64_t s = b / plan.hash_block_size;
+  const std::int64_t s = floor_div(b, plan.hash_block_size);
   const std::int64_t start =
       max_len == 0 ? 0 : floor_div(max_len, spec.chunk_size) * spec.chunk_size;
   const std::int64_t skipped = floor_div(start, b);
   const std::int64_t total = floor_div(max_len, b);
-  const std::int64_t readable = min64(total, n / s);
+  const std::int64_t readable = min64(total, floor_div(n, s));
   std::int64_t blocks = skipped;
   if (readable > skipped) {
     ExistenceCursor<Probe> cursor(probe, sg, (skipped + 1) * s - 1, s, readable - skipped);
     blocks = skipped + cursor.first_absent(0, readable - skipped);
   }
-  if (blocks < total && blocks >= n / s) {
+  if (blocks < total && blocks >= floor_div(n, s)) {
     return ErrorKind::invalid_argument;
   }
   out.num_blocks = blocks;
@@ -214,7 +214,7 @@ PREFIXHIT_HD ErrorKind find_mamba(const LookupPlan& plan, int sg, std::int64_t n
   out.num_placeholders = 0;
   hit_len = 0;
   if (a < b) {
-    const std::int64_t sub = b / a;
+    const std::int64_t sub = floor_div(b, a);
     const std::int64_t top = min64(floor_div(max_len, a), n) - 1;
     if (top < 0) {
       return ErrorKind::ok;
@@ -230,9 +230,9 @@ PREFIXHIT_HD ErrorKind find_mamba(const LookupPlan& plan, int sg, std::int64_t n
     }
     return ErrorKind::ok;
   }
-  const std::int64_t s = b / plan.hash_block_size;
+  const std::int64_t s = floor_div(b, plan.hash_block_size);
   const std::int64_t total = floor_div(max_len, b);
-  if (total > n / s) {
+  if (total > floor_div(n, s)) {
     return ErrorKind::invalid_argument;
   }
   if (total <= 0) {
@@ -288,7 +288,7 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE bool max_length_in_range(std::int64_t n, std:
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t hashed_tokens(const LookupPlan& plan,
                                                               std::int64_t n) {
   constexpr std::int64_t kCap = kMaxLookupTokens * 4;
-  return n >= kCap / plan.hash_block_size ? kCap : n * plan.hash_block_size;
+  return n >= floor_div(kCap, plan.hash_block_size) ? kCap : n * plan.hash_block_size;
 }
 
 /// The bound the fixed point gives spec group `spec`'s finder for candidate `cur`: `cur`, or
