@@ -86,7 +86,8 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   // With workers, chunks are smaller (at most about a quarter of a thread's share, at least one
   // request) and claimed from a shared counter, shorter towards the end, so that a worker that
   // starts late takes only what is left and the threads finish together; workers start only if
-  // the first requests' time says the rest is worth them (parallel_ranges_if_worth).
+  // earlier batches' pace, or else the first requests' time, says the work is worth them
+  // (parallel_ranges_paced).
   constexpr std::size_t kChunk = 64;
   const int workers = std::min<int>(threads, static_cast<int>(std::max<std::size_t>(r, 1)));
   const std::size_t chunk =
@@ -121,9 +122,13 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
       }
     }
   };
-  // A throwing probe (PlanAnswers of another request) is rethrown here.
-  detail::parallel_ranges_if_worth(r, chunk, kChunk, workers, options.min_seconds_per_worker,
-                                   run_chunk);
+  // Batches arrive again and again (a runtime's waiting requests, each scheduler step), so the
+  // pace of earlier ones (thread seconds per hash, process-wide) decides at once whether this one
+  // is worth workers, instead of timing its first requests alone first. A throwing probe
+  // (PlanAnswers of another request) is rethrown here.
+  static detail::Pace pace;
+  detail::parallel_ranges_paced(r, static_cast<double>(batch.digests.size()), chunk, kChunk,
+                                workers, options.min_seconds_per_worker, pace, run_chunk);
   const auto failed =
       std::find_if(errors.begin(), errors.end(), [](ErrorKind e) { return e != ErrorKind::ok; });
   if (failed != errors.end()) {

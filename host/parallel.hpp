@@ -1,5 +1,6 @@
 // Small fork-join helpers: contiguous ranges (parallel_for) or ranges claimed from a shared
-// counter (parallel_claim_ranges), run on the calling thread and the process's worker pool
+// counter (parallel_claim_ranges; parallel_ranges_if_worth and parallel_ranges_paced decide
+// whether workers are worth starting), run on the calling thread and the process's worker pool
 // (worker_pool.hpp).
 #pragma once
 
@@ -97,13 +98,13 @@ void parallel_for(std::size_t n, int threads, const Body& body, const Start& sta
 /// new thread 18-70 us, more when the other core sleeps): under a static split the caller, done
 /// with its half, would wait for a late worker's whole half; here a late worker takes only what
 /// is left. Threads that cannot start and exceptions are handled as in run_parts; after a range
-/// throws, no new range is claimed.
+/// throws, no new range is claimed. Returns the parts run (threads, counting the caller).
 template <class Body, class Start = StartPooled>
-void parallel_claim_ranges(std::size_t begin, std::size_t n, std::size_t smallest,
-                           std::size_t largest, int threads, const Body& body,
-                           const Start& start = Start{}) {
+std::size_t parallel_claim_ranges(std::size_t begin, std::size_t n, std::size_t smallest,
+                                  std::size_t largest, int threads, const Body& body,
+                                  const Start& start = Start{}) {
   if (begin >= n) {
-    return;
+    return 0;
   }
   smallest = std::max<std::size_t>(smallest, 1);
   largest = std::max(largest, smallest);
@@ -137,6 +138,7 @@ void parallel_claim_ranges(std::size_t begin, std::size_t n, std::size_t smalles
         }
       },
       start);
+  return parts;
 }
 
 /// Calls body(begin, end) on ranges covering [0, n), for work whose cost is not known up front.
@@ -152,9 +154,9 @@ void parallel_claim_ranges(std::size_t begin, std::size_t n, std::size_t smalles
 /// first claims) cost those 12% more again. The timed range is short so that the work done before
 /// any worker starts stays small.
 template <class Body, class Start = StartPooled>
-void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t large, int threads,
-                              double min_seconds_per_worker, const Body& body,
-                              const Start& start = Start{}) {
+std::size_t parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t large,
+                                     int threads, double min_seconds_per_worker, const Body& body,
+                                     const Start& start = Start{}) {
   small = std::max<std::size_t>(small, 1);
   large = std::max<std::size_t>(large, 1);
   const auto serial_from = [&](std::size_t begin) {
@@ -164,7 +166,7 @@ void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t larg
   };
   if (threads <= 1 || n <= small) {
     serial_from(0);
-    return;
+    return 1;
   }
   const std::size_t first = std::max<std::size_t>(1, small / 4);
   const auto first_start = std::chrono::steady_clock::now();
@@ -180,7 +182,7 @@ void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t larg
   }
   if (workers <= 1) {
     serial_from(first);
-    return;
+    return 1;
   }
   // The shortest range takes about kShortestRangeSeconds at the timed pace: a range has a fixed
   // cost (its probe pipeline fills and drains) that one or two short lookups do not repay.
@@ -192,7 +194,69 @@ void parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t larg
   const std::size_t shortest = std::clamp<std::size_t>(
       static_cast<std::size_t>(std::min(items_per_range, static_cast<double>(small))), first,
       small);
-  parallel_claim_ranges(first, n, shortest, small, workers, body, start);
+  return std::max<std::size_t>(
+      1, parallel_claim_ranges(first, n, shortest, small, workers, body, start));
+}
+
+/// The pace of one call site's recent work, in thread seconds per unit of work (a batch's
+/// hashes, say); 0 until a call is recorded. Shared by the threads that call there; a racing
+/// update loses a sample, which a hint can afford.
+class Pace {
+ public:
+  double seconds_per_unit() const noexcept { return seconds_.load(std::memory_order_relaxed); }
+
+  /// Folds in a call that took `seconds` of thread time for `units`: a running average that
+  /// weighs the newest call a quarter. Meaningless samples (no units, not finite) are ignored.
+  void record(double seconds, double units) noexcept {
+    if (!(units > 0) || !(seconds >= 0) || !std::isfinite(seconds / units)) {
+      return;
+    }
+    const double sample = seconds / units;
+    const double old = seconds_.load(std::memory_order_relaxed);
+    seconds_.store(old > 0 ? 0.75 * old + 0.25 * sample : sample, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<double> seconds_{0};
+};
+
+/// parallel_ranges_if_worth for a call site that runs similar work again and again (a runtime's
+/// batch each scheduler step). When `pace` says this call's `units` are worth workers (one per
+/// `min_seconds_per_worker`, at least two), they start at once and claim guided ranges of at
+/// most `small`, the shortest taking about 8 us at that pace: nothing is timed first. Else the
+/// call times its first range as parallel_ranges_if_worth does. Either way its thread time (wall
+/// time x threads) per unit updates `pace`. Why: a parked worker of a virtual machine can take
+/// tens of microseconds to wake, and the timed first range runs alone before it; starting the
+/// worker at once took a 64-request batch of 131072-token lookups at 10.1M keys from 1.60-1.62x
+/// one thread's speed to 1.75-1.80x (docs/perf/cpu.md, nineteenth round). A pace gone stale only
+/// starts a worker that was not needed, or times a call that did not need timing.
+template <class Body, class Start = StartPooled>
+void parallel_ranges_paced(std::size_t n, double units, std::size_t small, std::size_t large,
+                           int threads, double min_seconds_per_worker, Pace& pace, const Body& body,
+                           const Start& start = Start{}) {
+  small = std::max<std::size_t>(small, 1);
+  const auto started = std::chrono::steady_clock::now();
+  const double predicted = pace.seconds_per_unit() * units;
+  int workers = 1;
+  if (threads > 1 && n > small && predicted > 0) {
+    workers = min_seconds_per_worker > 0
+                  ? static_cast<int>(
+                        std::min<double>(threads, std::floor(predicted / min_seconds_per_worker)))
+                  : threads;
+  }
+  std::size_t used = 0;
+  if (workers > 1) {
+    constexpr double kShortestRangeSeconds = 8e-6;  // as in parallel_ranges_if_worth
+    const double items_per_range = kShortestRangeSeconds * static_cast<double>(n) / predicted;
+    const std::size_t shortest = std::clamp<std::size_t>(
+        static_cast<std::size_t>(std::min(items_per_range, static_cast<double>(small))), 1, small);
+    used = parallel_claim_ranges(0, n, shortest, small, workers, body, start);
+  } else {
+    used = parallel_ranges_if_worth(n, small, large, threads, min_seconds_per_worker, body, start);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  pace.record(seconds * static_cast<double>(std::max<std::size_t>(used, 1)), units);
 }
 
 }  // namespace prefixhit::detail

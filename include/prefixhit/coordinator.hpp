@@ -24,9 +24,10 @@ struct LookupBatch {
 
 struct BatchOptions {
   int num_threads = 0;  ///< at most: 0, every hardware thread; 1, the calling thread only
-  /// Workers start only for work worth them: the calling thread times the batch's first
-  /// requests and starts one worker per this many seconds of the work left (up to num_threads),
-  /// since a worker costs a wake-up (workers are kept in a process-wide pool; about 5 us here,
+  /// Workers start only for work worth them: one per this many seconds of work (up to
+  /// num_threads), the work judged by earlier batches' pace (thread seconds per hash, kept per
+  /// process) or, before there is one, by timing this batch's first requests on the calling
+  /// thread. A worker costs a wake-up (workers are kept in a process-wide pool; about 5 us here,
   /// 18-70 us when a thread must start) and its share of the batch loses the overlap of one
   /// probe stream. 0: always num_threads.
   double min_seconds_per_worker = 250e-6;
