@@ -141,6 +141,27 @@ std::size_t parallel_claim_ranges(std::size_t begin, std::size_t n, std::size_t 
   return parts;
 }
 
+/// Workers worth starting for `seconds` of work: one per `min_seconds_per_worker`, at most
+/// `threads` (all of them when min_seconds_per_worker is 0).
+inline int workers_worth(double seconds, int threads, double min_seconds_per_worker) {
+  if (min_seconds_per_worker <= 0) {
+    return threads;
+  }
+  return static_cast<int>(std::min<double>(threads, std::floor(seconds / min_seconds_per_worker)));
+}
+
+/// The shortest claimed range: as many items as take about 8 us at `item_seconds` each, within
+/// [at_least, at_most]. A range has a fixed cost (its probe pipeline fills and drains) that one or
+/// two short lookups do not repay. Bounded in double before the conversion: an item that timed
+/// as 0 s must not convert inf.
+inline std::size_t shortest_range(double item_seconds, std::size_t at_least, std::size_t at_most) {
+  constexpr double kShortestRangeSeconds = 8e-6;
+  const double items =
+      item_seconds > 0 ? kShortestRangeSeconds / item_seconds : static_cast<double>(at_most);
+  return std::clamp<std::size_t>(
+      static_cast<std::size_t>(std::min(items, static_cast<double>(at_most))), at_least, at_most);
+}
+
 /// Calls body(begin, end) on ranges covering [0, n), for work whose cost is not known up front.
 /// Ranges of `large` items run best on one thread (their probes overlap in one pipeline). The
 /// calling thread first runs a quarter of a `small` range, [0, max(1, small / 4)), and times it,
@@ -173,27 +194,14 @@ std::size_t parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size
   body(std::size_t{0}, first);
   const double first_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - first_start).count();
-  int workers = threads;
-  if (min_seconds_per_worker > 0) {
-    const double left_seconds =
-        first_seconds * static_cast<double>(n - first) / static_cast<double>(first);
-    workers = static_cast<int>(
-        std::min<double>(threads, std::floor(left_seconds / min_seconds_per_worker)));
-  }
+  const double item_seconds = first_seconds / static_cast<double>(first);
+  const int workers =
+      workers_worth(item_seconds * static_cast<double>(n - first), threads, min_seconds_per_worker);
   if (workers <= 1) {
     serial_from(first);
     return 1;
   }
-  // The shortest range takes about kShortestRangeSeconds at the timed pace: a range has a fixed
-  // cost (its probe pipeline fills and drains) that one or two short lookups do not repay.
-  // Bounded in double before the conversion: a timed range that read as 0 s must not convert inf.
-  constexpr double kShortestRangeSeconds = 8e-6;
-  const double item_seconds = first_seconds / static_cast<double>(first);
-  const double items_per_range =
-      item_seconds > 0 ? kShortestRangeSeconds / item_seconds : static_cast<double>(small);
-  const std::size_t shortest = std::clamp<std::size_t>(
-      static_cast<std::size_t>(std::min(items_per_range, static_cast<double>(small))), first,
-      small);
+  const std::size_t shortest = shortest_range(item_seconds, first, small);
   return std::max<std::size_t>(
       1, parallel_claim_ranges(first, n, shortest, small, workers, body, start));
 }
@@ -226,9 +234,9 @@ class Pace {
 /// most `small`, the shortest taking about 8 us at that pace: nothing is timed first. Else the
 /// call times its first range as parallel_ranges_if_worth does. Either way its thread time (wall
 /// time x threads) per unit updates `pace`. Why: a parked worker of a virtual machine can take
-/// tens of microseconds to wake, and the timed first range runs alone before it; starting the
-/// worker at once took a 64-request batch of 131072-token lookups at 10.1M keys from 1.60-1.62x
-/// one thread's speed to 1.75-1.80x (docs/perf/cpu.md, nineteenth round). A pace gone stale only
+/// tens of microseconds to wake, and the timed first range runs alone before it. A 64-request
+/// batch of 131072-token lookups at 10.1M keys ran 1.63-1.72x one thread's speed on two against
+/// 1.57-1.67x with the timed start (docs/perf/cpu.md, nineteenth round). A pace gone stale only
 /// starts a worker that was not needed, or times a call that did not need timing.
 template <class Body, class Start = StartPooled>
 void parallel_ranges_paced(std::size_t n, double units, std::size_t small, std::size_t large,
@@ -237,19 +245,12 @@ void parallel_ranges_paced(std::size_t n, double units, std::size_t small, std::
   small = std::max<std::size_t>(small, 1);
   const auto started = std::chrono::steady_clock::now();
   const double predicted = pace.seconds_per_unit() * units;
-  int workers = 1;
-  if (threads > 1 && n > small && predicted > 0) {
-    workers = min_seconds_per_worker > 0
-                  ? static_cast<int>(
-                        std::min<double>(threads, std::floor(predicted / min_seconds_per_worker)))
-                  : threads;
-  }
+  const int workers = threads > 1 && n > small && predicted > 0
+                          ? workers_worth(predicted, threads, min_seconds_per_worker)
+                          : 1;
   std::size_t used = 0;
   if (workers > 1) {
-    constexpr double kShortestRangeSeconds = 8e-6;  // as in parallel_ranges_if_worth
-    const double items_per_range = kShortestRangeSeconds * static_cast<double>(n) / predicted;
-    const std::size_t shortest = std::clamp<std::size_t>(
-        static_cast<std::size_t>(std::min(items_per_range, static_cast<double>(small))), 1, small);
+    const std::size_t shortest = shortest_range(predicted / static_cast<double>(n), 1, small);
     used = parallel_claim_ranges(0, n, shortest, small, workers, body, start);
   } else {
     used = parallel_ranges_if_worth(n, small, large, threads, min_seconds_per_worker, body, start);

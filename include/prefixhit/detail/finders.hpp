@@ -33,9 +33,10 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE void truncate_blocks(GroupHit& hit, std::int6
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t unaligned_top_blocks(std::int64_t total,
                                                                      std::int64_t b, std::int64_t a,
                                                                      std::int64_t edge_offset) {
-  std::int64_t x = is_pow2(a) && is_pow2(b) ? min64(a, b) : a;  // gcd(a, b) of powers of two
-  std::int64_t y = is_pow2(a) && is_pow2(b) ? 0 : b;
-  while (y != 0) {  // gcd(a, b) by Euclid's steps
+  const bool powers_of_two = is_pow2(a) && is_pow2(b);
+  std::int64_t x = powers_of_two ? min64(a, b) : a;  // gcd(a, b): the smaller of two powers of two
+  std::int64_t y = powers_of_two ? 0 : b;
+  while (y != 0) {  // else by Euclid's steps
     const std::int64_t r = x % y;
     x = y;
     y = r;
