@@ -94,7 +94,7 @@ void parallel_for(std::size_t n, int threads, const Body& body, const Start& sta
 /// `largest` and at least `smallest`. Early ranges are long (their probes overlap in one pipeline)
 /// and the last ones short, so that the threads finish within about `smallest` items of each
 /// other: with fixed ranges of 8 lookups, a thread left alone with the last range idled the other
-/// for up to 8 lookups. A worker can start late (a parked pool thread takes about 5 us to wake, a
+/// for up to 8 lookups. A worker can start late (a parked pool thread takes 5-45 us to wake, a
 /// new thread 18-70 us, more when the other core sleeps): under a static split the caller, done
 /// with its half, would wait for a late worker's whole half; here a late worker takes only what
 /// is left. Threads that cannot start and exceptions are handled as in run_parts; after a range

@@ -1,6 +1,8 @@
 // A process-wide set of worker threads that the fork-join helpers (host/parallel.hpp) reuse from
 // call to call. A serving runtime calls a batch lookup every scheduler step; starting a thread for
-// each call cost 18-70 us here, waking a parked one about 5 us.
+// each call cost 18-70 us here. Waking a parked one cost about 5 us on one machine and 25-45 us
+// on a KVM guest whose idle vCPUs halt (guest_halt_poll_ns 0), 10-28 us of it in the caller's
+// wake-up call.
 #pragma once
 
 #include <chrono>
@@ -13,7 +15,9 @@
 namespace prefixhit::detail {
 
 /// A job handed to the pool. join() waits until it has run, as std::thread::join does, and
-/// rethrows what it threw (parallel.hpp's parts catch their own, so none do).
+/// rethrows what it threw (parallel.hpp's parts catch their own, so none do). It spins for up to
+/// join_spin() (100 us) before it sleeps: a fork-join caller joins when its own share is done and
+/// the worker's is a few lookups from its end.
 class PooledJob {
  public:
   struct State;
@@ -38,6 +42,14 @@ std::size_t pool_threads();
 /// job, so when every thread is parked none is inside the allocator: a test that forks waits
 /// for this (a sanitizer's allocator, unlike glibc's, is not made consistent across fork()).
 std::size_t pool_parked_threads();
+
+/// Joins so far, process-wide, that found their job still running after join's spin and slept
+/// until it ended (diagnostics and tests: a join of a job that had ended never counts).
+std::size_t pool_join_sleeps();
+
+/// How long join() spins before it sleeps (100 us by default; tests change it).
+std::chrono::microseconds join_spin();
+void set_join_spin(std::chrono::microseconds spin);
 
 /// How long a parked thread waits for work before it ends (10 s by default; tests shorten it).
 std::chrono::milliseconds pool_idle_exit();

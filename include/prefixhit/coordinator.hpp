@@ -27,7 +27,7 @@ struct BatchOptions {
   /// Workers start only for work worth them: one per this many seconds of work (up to
   /// num_threads), the work judged by earlier batches' pace (thread seconds per hash, kept per
   /// process) or, before there is one, by timing this batch's first requests on the calling
-  /// thread. A worker costs a wake-up (workers are kept in a process-wide pool; about 5 us here,
+  /// thread. A worker costs a wake-up (workers are kept in a process-wide pool; 5-45 us,
   /// 18-70 us when a thread must start) and its share of the batch loses the overlap of one
   /// probe stream. 0: always num_threads.
   double min_seconds_per_worker = 250e-6;

@@ -1,5 +1,6 @@
 // The process-wide worker pool behind the batch helpers (host/worker_pool.hpp): threads are reused
-// from call to call, end when idle, survive fork() in the child, and report a job's exception.
+// from call to call, end when idle, survive fork() in the child, report a job's exception, and a
+// join spins before it sleeps.
 #include <gtest/gtest.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -127,6 +128,47 @@ TEST(WorkerPool, AJobsExceptionReachesItsJoin) {
   detail::PooledJob next = detail::run_pooled([&] { ++ran; });
   next.join();
   EXPECT_EQ(ran.load(), 1);  // the thread that ran the failing job still serves
+}
+
+TEST(WorkerPool, AJoinSpinsBeforeItSleeps) {
+  // A job that ends 20 ms after its join began: seen in a 2 s spin without sleeping, slept on
+  // with no spin. Milliseconds and seconds, so that a loaded machine (ctest -j2, a sanitizer)
+  // cannot turn one case into the other.
+  const auto join_after = [](std::chrono::microseconds spin) {
+    const std::chrono::microseconds old = detail::join_spin();
+    detail::set_join_spin(spin);
+    std::atomic<bool> joining{false};
+    std::atomic<bool> ended{false};
+    detail::PooledJob job = detail::run_pooled([&] {
+      while (!joining.load()) {
+        std::this_thread::yield();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ended.store(true);
+    });
+    const std::size_t before = detail::pool_join_sleeps();
+    joining.store(true);
+    job.join();
+    detail::set_join_spin(old);
+    EXPECT_TRUE(ended.load());
+    return detail::pool_join_sleeps() - before;
+  };
+  EXPECT_EQ(join_after(std::chrono::seconds(2)), 0U);
+  EXPECT_EQ(join_after(std::chrono::microseconds(0)), 1U);
+  // A job that outlasts the spin: join sleeps, and returns only once the job has ended.
+  std::mt19937_64 rng(std::random_device{}());
+  const auto work = std::chrono::milliseconds(5 + rng() % 20);
+  std::atomic<bool> ended{false};
+  const std::size_t sleeps = detail::pool_join_sleeps();
+  const auto start = std::chrono::steady_clock::now();
+  detail::PooledJob slow = detail::run_pooled([&] {
+    std::this_thread::sleep_for(work);
+    ended.store(true);
+  });
+  slow.join();
+  EXPECT_TRUE(ended.load());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, work);
+  EXPECT_EQ(detail::pool_join_sleeps(), sleeps + 1);
 }
 
 TEST(WorkerPool, ManyCallersShareThePool) {
