@@ -77,6 +77,9 @@ struct BenchRow {
   /// turn's rate), what even an index that moved one line per key would cost.
   std::optional<double> one_line_floor_us;
   int limit_turns = 0;
+  /// CPU batch on two threads: PoolWake::two_thread_ceiling of the one-thread batch's p50, the
+  /// speed-up the machine's wake-ups leave possible.
+  std::optional<double> two_thread_ceiling;
 };
 
 /// How the limit's independent reads are issued: plain loads, or each line prefetched ahead of
@@ -154,6 +157,20 @@ class LimitBuffer {
 };
 
 /// The store and the memory limit the CPU rows are measured against.
+/// What starting a batch's worker from the process's pool costs, in the same run (medians over
+/// trials, each after the worker has parked, as between two batches). On a KVM guest whose idle
+/// vCPUs halt, both sides take tens of microseconds; on a quiet bare-metal core, a few.
+struct PoolWake {
+  double caller_us = 0;  ///< the caller's time in the wake call: its own share starts this late
+  double worker_us = 0;  ///< from the call to the job's start on the worker
+  /// The most two threads can speed up work that takes `one_thread_us` on one, both shares
+  /// starting late by these costs and ending together (0: not measured).
+  double two_thread_ceiling(double one_thread_us) const;
+};
+
+/// Measures PoolWake over `trials` wake-ups of a pool thread.
+PoolWake measure_pool_wake(int trials);
+
 struct CpuBenchContext {
   std::uint64_t store_keys = 0;
   /// The share of keys in the digest line a lookup prefetches with their header (one round
@@ -175,6 +192,7 @@ struct CpuBenchContext {
   /// cycle of lookups ago).
   bool hot_hashes = false;
   MemoryLimit limit;
+  PoolWake wake;
 };
 
 /// Fills a resident index with `requests` requests of `workload` in each store shape, measures

@@ -101,7 +101,9 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"independent_read_ns_2threads", l.independent_2t_ns},
                            {"two_thread_read_scaling", l.two_thread_scaling()},
                            {"two_thread_core_share", l.two_thread_overlap},
-                           {"hit_lines_ns_per_key", l.hit_lines_ns()}};
+                           {"hit_lines_ns_per_key", l.hit_lines_ns()},
+                           {"pool_wake_caller_us", c.wake.caller_us},
+                           {"pool_wake_worker_us", c.wake.worker_us}};
     for (const Issue issue : kEveryIssue) {  // each way of issuing the reads
       line[std::string("independent_read_ns_") + issue_name(issue)] = l.independent.at(issue);
       line[std::string("hit_lines_ns_per_key_") + issue_name(issue)] = l.hit_lines.at(issue);
@@ -141,6 +143,10 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       l.independent.at(Issue::prefetched_l2), l.independent_2t_ns, l.two_thread_scaling(),
       100 * l.two_thread_overlap, l.hit_lines_ns(), l.hit_lines.at(Issue::loads),
       l.hit_lines.at(Issue::prefetched_l1), l.hit_lines.at(Issue::prefetched_l2));
+  std::printf(
+      "# waking a parked pool worker (a two-thread batch's start): %.1f us in the caller's wake "
+      "call, %.1f us until the worker runs (medians)\n",
+      c.wake.caller_us, c.wake.worker_us);
 }
 
 void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
@@ -168,6 +174,9 @@ void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit*
         line["threads"] = row.threads;
         line["us_per_request"] = row.us_per_call / static_cast<double>(row.requests);
       }
+      if (row.two_thread_ceiling) {
+        line["two_thread_ceiling"] = *row.two_thread_ceiling;
+      }
       if (limit != nullptr) {
         add_limit_columns(row, *limit, &line, nullptr);
       }
@@ -189,6 +198,10 @@ void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit*
     if (row.threads > 0) {
       std::snprintf(text, sizeof(text), "  %d thr %.3f us/req", row.threads,
                     row.us_per_call / static_cast<double>(row.requests));
+      out += text;
+    }
+    if (row.two_thread_ceiling) {
+      std::snprintf(text, sizeof(text), "  wake-ups leave %.2fx", *row.two_thread_ceiling);
       out += text;
     }
     if (row.device_us) {
@@ -243,21 +256,24 @@ void add_bench_command(CLI::App& app) {
                   "that has just hashed the prompt leaves them)")
       ->check(CLI::IsMember({"cold", "hot"}))
       ->capture_default_str();
-  cmd->add_flag("--json", options->json,
-                "One JSON object per line: workload, backend, op, requests, tokens, "
-                "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
-                "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
-                "keys_per_dram_latency, limit_turns, pct_of_independent_reads, x_hit_lines, "
-                "x_hit_lines_p10, x_hit_lines_p90, one_line_floor_us_per_request], after one "
-                "memory_limit line (store size, the share of keys in the digest line a lookup "
-                "prefetches with their header, the requests' hash pages and whether their hashes "
-                "are hot, the bytes of lines a cycle of single lookups "
-                "reads and the L3 size the CPU reports, "
-                "dependent and independent random-read ns, the independent reads on two threads at "
-                "once, a hit's lines read independently per key; independent reads are the fastest "
-                "of plain loads and loads prefetched ahead into L1 or L2, each given). Lookup rows "
-                "are timed in turns with the limit's reads; their ratios are medians over the "
-                "turns");
+  cmd->add_flag(
+      "--json", options->json,
+      "One JSON object per line: workload, backend, op, requests, tokens, "
+      "us_per_call, calls_per_s[, device_us, keys_per_s]; CPU rows add p50_us, "
+      "p99_us, cpu_us[, threads, us_per_request][, keys_per_call, "
+      "keys_per_dram_latency, limit_turns, pct_of_independent_reads, x_hit_lines, "
+      "x_hit_lines_p10, x_hit_lines_p90, one_line_floor_us_per_request]; the two-thread "
+      "batch adds two_thread_ceiling (the speed-up the pool's wake-ups leave); after one "
+      "memory_limit line (store size, the share of keys in the digest line a lookup "
+      "prefetches with their header, the requests' hash pages and whether their hashes "
+      "are hot, the bytes of lines a cycle of single lookups "
+      "reads and the L3 size the CPU reports, "
+      "dependent and independent random-read ns, the independent reads on two threads at "
+      "once, a hit's lines read independently per key, and what waking a pool worker costs "
+      "the caller and the worker; independent reads are the fastest "
+      "of plain loads and loads prefetched ahead into L1 or L2, each given). Lookup rows "
+      "are timed in turns with the limit's reads; their ratios are medians over the "
+      "turns");
   cmd->callback([options, cmd] {
     // The GPU rows time device batches of --requests: an option that shapes only the CPU rows
     // would be ignored there, so it is refused rather than silently dropped.

@@ -248,6 +248,20 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
                             number_after("cpu_us", at_row) / number_after("requests", at_row);
     EXPECT_NEAR(floor_us, expected, 1e-6 * expected) << o.output;
   }
+  // The two-thread batch states the speed-up the pool's wake-ups leave: both shares start late
+  // by the measured wake costs and end together, so 2 T1 / (T1 + caller + worker), T1 the
+  // one-thread batch's median.
+  const double caller = number_after("pool_wake_caller_us", limit_start);
+  const double worker = number_after("pool_wake_worker_us", limit_start);
+  EXPECT_GT(caller, 0.0);
+  EXPECT_GT(worker, 0.0);
+  const double one_thread = number_after("p50_us", o.output.rfind('{', batch_row));
+  const std::size_t two_row = o.output.find("\"op\":\"batch_lookup_full_store_2threads\"");
+  ASSERT_NE(two_row, std::string::npos) << o.output;
+  const double ceiling = number_after("two_thread_ceiling", o.output.rfind('{', two_row));
+  EXPECT_NEAR(ceiling, 2 * one_thread / (one_thread + caller + worker), 1e-6 * ceiling);
+  EXPECT_GT(ceiling, 0.0);
+  EXPECT_LT(ceiling, 2.0);
 }
 
 // With hot hashes a cycle reads no caller lines (they are in cache): exactly a header and a

@@ -1,0 +1,52 @@
+// The cost of starting a batch's worker, measured in `prefixhit bench`'s own run: what part of
+// two threads' shortfall from 2x one thread's speed the machine's thread wake-ups explain.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+#include "host/cli/bench.hpp"
+#include "host/worker_pool.hpp"
+
+namespace prefixhit::cli {
+
+double PoolWake::two_thread_ceiling(double one_thread_us) const {
+  // The caller's share starts caller_us late and the worker's worker_us late; at best both end
+  // together: (T - caller_us) + (T - worker_us) = one_thread_us.
+  const double wall = (one_thread_us + caller_us + worker_us) / 2;
+  return wall > 0 && one_thread_us > 0 ? one_thread_us / wall : 0;
+}
+
+PoolWake measure_pool_wake(int trials) {
+  using Clock = std::chrono::steady_clock;
+  const auto us = [](Clock::duration d) {
+    return std::chrono::duration<double, std::micro>(d).count();
+  };
+  std::vector<double> caller;
+  std::vector<double> worker;
+  for (int t = 0; t < trials; ++t) {
+    // As between two batches: the worker has just finished and parked, the caller works on.
+    const auto resume = Clock::now() + std::chrono::microseconds(50);
+    while (Clock::now() < resume) {
+    }
+    std::atomic<bool> started{false};
+    Clock::time_point started_at;
+    const auto begin = Clock::now();
+    detail::PooledJob job = detail::run_pooled([&] {
+      started_at = Clock::now();
+      started.store(true, std::memory_order_release);
+    });
+    const auto returned = Clock::now();
+    while (!started.load(std::memory_order_acquire)) {
+    }
+    job.join();
+    caller.push_back(us(returned - begin));
+    worker.push_back(us(started_at - begin));
+  }
+  PoolWake wake;
+  wake.caller_us = percentile(caller, 0.5);
+  wake.worker_us = percentile(worker, 0.5);
+  return wake;
+}
+
+}  // namespace prefixhit::cli
