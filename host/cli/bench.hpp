@@ -156,7 +156,6 @@ class LimitBuffer {
   std::unique_ptr<Buffer> buffer_;
 };
 
-/// The store and the memory limit the CPU rows are measured against.
 /// What starting a batch's worker from the process's pool costs, in the same run (medians over
 /// trials, each after the worker has parked, as between two batches). On a KVM guest whose idle
 /// vCPUs halt, both sides take tens of microseconds; on a quiet bare-metal core, a few.
@@ -171,6 +170,7 @@ struct PoolWake {
 /// Measures PoolWake over `trials` wake-ups of a pool thread.
 PoolWake measure_pool_wake(int trials);
 
+/// The store and the memory limit the CPU rows are measured against.
 struct CpuBenchContext {
   std::uint64_t store_keys = 0;
   /// The share of keys in the digest line a lookup prefetches with their header (one round
