@@ -83,8 +83,8 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
       std::max(detail::choose_threads(r, options.num_threads, 8),
                detail::choose_threads(batch.digests.size(), options.num_threads, 1 << 20));
   // A chunk of up to 64 requests shares one probe_many call, so their cache misses overlap.
-  // With workers, chunks are smaller (at most half a thread's share, at least half that) and
-  // claimed from a shared counter, shorter towards the end, so that a worker that
+  // With workers, chunks are smaller (at most about a quarter of a thread's share, at least one
+  // request) and claimed from a shared counter, shorter towards the end, so that a worker that
   // starts late takes only what is left and the threads finish together; workers start only if
   // earlier batches' pace, or else the first requests' time, says the work is worth them
   // (parallel_ranges_paced).
@@ -93,7 +93,7 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
   const std::size_t chunk =
       workers <= 1
           ? kChunk
-          : std::clamp<std::size_t>(r / (2 * static_cast<std::size_t>(workers)), 1, kChunk);
+          : std::clamp<std::size_t>(r / (4 * static_cast<std::size_t>(workers)), 1, kChunk);
   const auto run_chunk = [&](std::size_t start, std::size_t end) {
     GroupHit spec_hits[kChunk][kMaxGroups];
     detail::PlannedLookup lookups[kChunk];

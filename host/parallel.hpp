@@ -152,11 +152,8 @@ inline int workers_worth(double seconds, int threads, double min_seconds_per_wor
 
 /// The shortest claimed range: as many items as take about 8 us at `item_seconds` each, within
 /// [at_least, at_most]. A range has a fixed cost (its probe pipeline fills and drains) that one or
-/// two short lookups do not repay. Callers pass at_least = half their longest range: at 10.1M
-/// keys a two-thread batch of 64 131072-token lookups (16 us each) spent 7-11% more thread time
-/// than one thread with ranges of 8 down to 1 request, and reached 1.62-1.65x one thread's speed
-/// against 1.66-1.74x with ranges of 16 down to 8 (docs/perf/cpu.md, twentieth round). Bounded
-/// in double before the conversion: an item that timed as 0 s must not convert inf.
+/// two short lookups do not repay. Bounded in double before the conversion: an item that timed
+/// as 0 s must not convert inf.
 inline std::size_t shortest_range(double item_seconds, std::size_t at_least, std::size_t at_most) {
   constexpr double kShortestRangeSeconds = 8e-6;
   const double items =
@@ -170,13 +167,13 @@ inline std::size_t shortest_range(double item_seconds, std::size_t at_least, std
 /// calling thread first runs a quarter of a `small` range, [0, max(1, small / 4)), and times it,
 /// then starts workers only as many as the items left are worth at that pace, one per
 /// `min_seconds_per_worker` of remaining work (0: up to `threads` regardless), and these claim
-/// the rest in guided ranges of at most `small` items (parallel_claim_ranges), down to half that or
-/// as many as take about 8 us at that pace, whichever is more. Worth none, the caller runs the rest
-/// in ranges of `large`. A worker costs a wake-up (a start, for the pool's first call), and short
-/// ranges lose the overlap: 64 lookups of 4096-token prompts (270-320 us on one thread)
-/// took 1.1-1.8x as long on two threads, fixed ranges of 8, as on one (paired medians), and guided
-/// ranges of up to 64 (larger first claims) cost those 12% more again. The timed range is short so
-/// that the work done before any worker starts stays small.
+/// the rest in guided ranges of at most `small` items (parallel_claim_ranges), down to as many as
+/// take about 8 us at that pace. Worth none, the caller runs the rest in ranges of `large`. A
+/// worker costs a wake-up (a start, for the pool's first call), and short ranges lose the overlap:
+/// 64 lookups of 4096-token prompts (270-320 us on one thread) took 1.1-1.8x as long on two
+/// threads, fixed ranges of 8, as on one (paired medians), and guided ranges of up to 64 (larger
+/// first claims) cost those 12% more again. The timed range is short so that the work done before
+/// any worker starts stays small.
 template <class Body, class Start = StartPooled>
 std::size_t parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size_t large,
                                      int threads, double min_seconds_per_worker, const Body& body,
@@ -204,7 +201,7 @@ std::size_t parallel_ranges_if_worth(std::size_t n, std::size_t small, std::size
     serial_from(first);
     return 1;
   }
-  const std::size_t shortest = shortest_range(item_seconds, std::max(first, small / 2), small);
+  const std::size_t shortest = shortest_range(item_seconds, first, small);
   return std::max<std::size_t>(
       1, parallel_claim_ranges(first, n, shortest, small, workers, body, start));
 }
@@ -234,10 +231,10 @@ class Pace {
 /// parallel_ranges_if_worth for a call site that runs similar work again and again (a runtime's
 /// batch each scheduler step). When `pace` says this call's `units` are worth workers (one per
 /// `min_seconds_per_worker`, at least two), they start at once and claim guided ranges of at
-/// most `small`, the shortest half that or about 8 us at that pace: nothing is timed first. Else
-/// the call times its first range as parallel_ranges_if_worth does. Either way its thread time
-/// (wall time x threads) per unit updates `pace`. Why: a parked worker of a virtual machine can
-/// take tens of microseconds to wake, and the timed first range runs alone before it. A 64-request
+/// most `small`, the shortest taking about 8 us at that pace: nothing is timed first. Else the
+/// call times its first range as parallel_ranges_if_worth does. Either way its thread time (wall
+/// time x threads) per unit updates `pace`. Why: a parked worker of a virtual machine can take
+/// tens of microseconds to wake, and the timed first range runs alone before it. A 64-request
 /// batch of 131072-token lookups at 10.1M keys ran 1.63-1.72x one thread's speed on two against
 /// 1.57-1.67x with the timed start (docs/perf/cpu.md, nineteenth round). A pace gone stale only
 /// starts a worker that was not needed, or times a call that did not need timing.
@@ -253,8 +250,7 @@ void parallel_ranges_paced(std::size_t n, double units, std::size_t small, std::
                           : 1;
   std::size_t used = 0;
   if (workers > 1) {
-    const std::size_t shortest = shortest_range(predicted / static_cast<double>(n),
-                                                std::max<std::size_t>(1, small / 2), small);
+    const std::size_t shortest = shortest_range(predicted / static_cast<double>(n), 1, small);
     used = parallel_claim_ranges(0, n, shortest, small, workers, body, start);
   } else {
     used = parallel_ranges_if_worth(n, small, large, threads, min_seconds_per_worker, body, start);

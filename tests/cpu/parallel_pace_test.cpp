@@ -1,7 +1,6 @@
 // Batches that remember their pace (host/parallel.hpp: Pace, parallel_ranges_paced): a known
 // pace that says the work is worth workers starts them before any range runs; an unknown or
-// cheap pace falls back to timing the first range; every item runs once either way, and claimed
-// ranges stay at least half the longest.
+// cheap pace falls back to timing the first range; every item runs once either way.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,8 +8,6 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <mutex>
-#include <random>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -116,46 +113,6 @@ TEST(ParallelRangesPaced, ACheapPaceOrOneThreadStartsNoWorker) {
                                 alone.body(std::chrono::microseconds(0)), alone.starter());
   alone.expect_each_item_once();
   EXPECT_EQ(alone.started.load(), 0);
-}
-
-TEST(ParallelRangesPaced, ClaimedRangesStayAtLeastHalfTheLongest) {
-  // Short ranges cost a lookup's probe pipeline its overlap (twentieth round: ranges of 8 down
-  // to 1 request spent 7-11% more thread time than one thread), so guided claims stop shrinking
-  // at half of `small`; only the range that reaches the end may be shorter. Both paths: a known
-  // pace, and none (the first range timed alone).
-  std::mt19937_64 rng(std::random_device{}());
-  for (const bool known : {true, false}) {
-    const std::size_t small = 4 + rng() % 29;
-    const std::size_t n = 4 * small + rng() % (8 * small);
-    detail::Pace pace;
-    if (known) {
-      pace.record(1e-3, 1.0);
-    }
-    std::mutex mutex;
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    WatchedRun run(n);
-    const auto body = run.body(std::chrono::microseconds(100));
-    detail::parallel_ranges_paced(
-        n, static_cast<double>(n), small, 64, 2, 1e-6, pace,
-        [&](std::size_t b, std::size_t e) {
-          {
-            const std::lock_guard<std::mutex> lock(mutex);
-            ranges.emplace_back(b, e);
-          }
-          body(b, e);
-        },
-        run.starter());
-    run.expect_each_item_once();
-    ASSERT_EQ(run.started.load(), 1) << "known pace: " << known;
-    for (const auto& [b, e] : ranges) {
-      EXPECT_LE(e - b, small);
-      const bool timed_first = !known && b == 0;
-      if (e != n && !timed_first) {
-        EXPECT_GE(e - b, small / 2) << "range [" << b << ", " << e << ") of " << n << ", small "
-                                    << small << ", known pace: " << known;
-      }
-    }
-  }
 }
 
 }  // namespace
