@@ -14,8 +14,9 @@ namespace prefixhit::detail {
 struct PooledJob::State {
   std::mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;
-  std::atomic<bool> finished{false};  // done, readable without the lock (join's spin)
+  // Set under `mutex` (the condition variable's predicate); atomic so that join's spin can read
+  // it without the lock.
+  std::atomic<bool> done{false};
   std::exception_ptr failure;
 };
 
@@ -45,7 +46,7 @@ void PooledJob::join() {
   // wake-up of the caller's thread after that: 55 us here (a KVM guest whose idle vCPU halts),
   // twice the last range itself. So spin first, for about as long as a wake-up costs.
   const auto deadline = std::chrono::steady_clock::now() + join_spin();
-  while (!state_->finished.load(std::memory_order_acquire)) {
+  while (!state_->done.load(std::memory_order_acquire)) {
     for (int i = 0; i < 64; ++i) {
       spin_pause();
     }
@@ -54,9 +55,9 @@ void PooledJob::join() {
     }
   }
   std::unique_lock<std::mutex> lock(state_->mutex);
-  if (!state_->done) {
+  if (!state_->done.load(std::memory_order_relaxed)) {
     g_join_sleeps.fetch_add(1, std::memory_order_relaxed);
-    state_->done_cv.wait(lock, [&] { return state_->done; });
+    state_->done_cv.wait(lock, [&] { return state_->done.load(std::memory_order_relaxed); });
   }
   if (state_->failure) {
     std::rethrow_exception(state_->failure);
@@ -134,8 +135,7 @@ void worker_loop(Pool* pool) {
     lock.lock();
     const std::lock_guard<std::mutex> state_lock(job.state->mutex);
     job.state->failure = std::move(failure);
-    job.state->done = true;
-    job.state->finished.store(true, std::memory_order_release);
+    job.state->done.store(true, std::memory_order_release);
     job.state->done_cv.notify_all();
   }
 }

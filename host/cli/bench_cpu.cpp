@@ -354,6 +354,7 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   const CountingSource counter(full);
   sink += coordinator.find_longest_cache_hits(batches[0], counter).hit_lengths[0];
   turns.keys_per_call = static_cast<double>(counter.keys());
+  double one_thread_p50 = 0;  // the one-thread batch, for the two-thread row
   for (const int threads : {1, 2}) {
     BatchOptions options;
     options.num_threads = threads;
@@ -366,11 +367,13 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
         min_seconds, &turns, [&] { warm(batches[which].digests); });
     add(threads == 1 ? "batch_lookup_full_store" : "batch_lookup_full_store_2threads", b, t,
         static_cast<double>(counter.keys()), threads);
+    if (threads == 1) {
+      one_thread_p50 = t.p50_us;
+    }
   }
   // What the machine's thread wake-ups leave of 2x, beside the two-thread row.
   context.wake = measure_pool_wake(200);
-  rows.back().two_thread_ceiling =
-      context.wake.two_thread_ceiling(rows[rows.size() - 2].p50_us.value_or(0));
+  rows.back().two_thread_ceiling = context.wake.two_thread_ceiling(one_thread_p50);
   // Publishing the results keeps the timed calls from being optimised away.
   g_bench_sink.store(sink + static_cast<std::int64_t>(limit_buffer.checksum() & 1U),
                      std::memory_order_relaxed);

@@ -1,6 +1,5 @@
 // The cost of starting a batch's worker, measured in `prefixhit bench`'s own run: what part of
 // two threads' shortfall from 2x one thread's speed the machine's thread wake-ups explain.
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <vector>
