@@ -51,6 +51,16 @@ std::size_t pool_join_sleeps();
 std::chrono::microseconds join_spin();
 void set_join_spin(std::chrono::microseconds spin);
 
+/// Jobs so far, process-wide, that a worker took while it spun after its last job, so that
+/// neither the caller nor the worker paid a wake-up (diagnostics and tests).
+std::size_t pool_spin_handoffs();
+
+/// How long a worker spins for its next job before it parks (100 us by default; 0 parks at once).
+/// Back-to-back batches then hand their workers work without a wake-up; a batch per scheduler
+/// step, milliseconds apart, finds them parked and costs the spin's CPU time once per step.
+std::chrono::microseconds pool_idle_spin();
+void set_pool_idle_spin(std::chrono::microseconds spin);
+
 /// How long a parked thread waits for work before it ends (10 s by default; tests shorten it).
 std::chrono::milliseconds pool_idle_exit();
 void set_pool_idle_exit(std::chrono::milliseconds idle);

@@ -2,6 +2,7 @@
 // and percentile that bench and `prefixhit route-bench` time with.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -77,8 +78,9 @@ struct BenchRow {
   /// turn's rate), what even an index that moved one line per key would cost.
   std::optional<double> one_line_floor_us;
   int limit_turns = 0;
-  /// CPU batch on two threads: PoolWake::two_thread_ceiling of the one-thread batch's p50, the
-  /// speed-up the machine's wake-ups leave possible.
+  /// CPU batch on two threads whose worker is parked before each call: PoolWake::
+  /// two_thread_ceiling of the one-thread batch's p50, the speed-up the machine's wake-ups leave
+  /// possible.
   std::optional<double> two_thread_ceiling;
 };
 
@@ -157,8 +159,8 @@ class LimitBuffer {
 };
 
 /// What starting a batch's worker from the process's pool costs, in the same run (medians over
-/// trials, each after the worker has parked, as between two batches). On a KVM guest whose idle
-/// vCPUs halt, both sides take tens of microseconds; on a quiet bare-metal core, a few.
+/// trials, each after the worker has parked, as between two scheduler steps). On a KVM guest whose
+/// idle vCPUs halt, both sides take tens of microseconds; on a quiet bare-metal core, a few.
 struct PoolWake {
   double caller_us = 0;  ///< the caller's time in the wake call: its own share starts this late
   double worker_us = 0;  ///< from the call to the job's start on the worker
@@ -167,8 +169,12 @@ struct PoolWake {
   double two_thread_ceiling(double one_thread_us) const;
 };
 
-/// Measures PoolWake over `trials` wake-ups of a pool thread.
+/// Measures PoolWake over `trials` wake-ups of a parked pool thread.
 PoolWake measure_pool_wake(int trials);
+
+/// Keeps the calling thread busy for `pause`, as a runtime's own work between two batches does
+/// (a sleeping caller would add its own wake-up).
+void busy_wait(std::chrono::microseconds pause);
 
 /// The store and the memory limit the CPU rows are measured against.
 struct CpuBenchContext {

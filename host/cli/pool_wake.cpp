@@ -16,6 +16,12 @@ double PoolWake::two_thread_ceiling(double one_thread_us) const {
   return wall > 0 && one_thread_us > 0 ? one_thread_us / wall : 0;
 }
 
+void busy_wait(std::chrono::microseconds pause) {
+  const auto resume = std::chrono::steady_clock::now() + pause;
+  while (std::chrono::steady_clock::now() < resume) {
+  }
+}
+
 PoolWake measure_pool_wake(int trials) {
   using Clock = std::chrono::steady_clock;
   const auto us = [](Clock::duration d) {
@@ -24,10 +30,9 @@ PoolWake measure_pool_wake(int trials) {
   std::vector<double> caller;
   std::vector<double> worker;
   for (int t = 0; t < trials; ++t) {
-    // As between two batches: the worker has just finished and parked, the caller works on.
-    const auto resume = Clock::now() + std::chrono::microseconds(50);
-    while (Clock::now() < resume) {
-    }
+    // As between two scheduler steps: the worker has finished, spun for work and parked; the
+    // caller works on.
+    busy_wait(detail::pool_idle_spin() + std::chrono::microseconds(50));
     std::atomic<bool> started{false};
     Clock::time_point started_at;
     const auto begin = Clock::now();

@@ -248,17 +248,24 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
                             number_after("cpu_us", at_row) / number_after("requests", at_row);
     EXPECT_NEAR(floor_us, expected, 1e-6 * expected) << o.output;
   }
-  // The two-thread batch states the speed-up the pool's wake-ups leave: both shares start late
-  // by the measured wake costs and end together, so 2 T1 / (T1 + caller + worker), T1 the
-  // one-thread batch's median.
+  // The two-thread batch whose worker is parked states the speed-up the pool's wake-ups leave:
+  // both shares start late by the measured wake costs and end together, so 2 T1 / (T1 + caller
+  // + worker), T1 the one-thread batch's median. The back-to-back row, whose worker spins for
+  // work instead, states none.
   const double caller = number_after("pool_wake_caller_us", limit_start);
   const double worker = number_after("pool_wake_worker_us", limit_start);
   EXPECT_GT(caller, 0.0);
   EXPECT_GT(worker, 0.0);
   const double one_thread = number_after("p50_us", o.output.rfind('{', batch_row));
   const std::size_t two_row = o.output.find("\"op\":\"batch_lookup_full_store_2threads\"");
+  const std::size_t parked_row =
+      o.output.find("\"op\":\"batch_lookup_full_store_2threads_parked\"");
   ASSERT_NE(two_row, std::string::npos) << o.output;
-  const double ceiling = number_after("two_thread_ceiling", o.output.rfind('{', two_row));
+  ASSERT_NE(parked_row, std::string::npos) << o.output;
+  const std::string back_to_back = o.output.substr(two_row, o.output.find('\n', two_row) - two_row);
+  EXPECT_EQ(back_to_back.find("two_thread_ceiling"), std::string::npos) << back_to_back;
+  EXPECT_NE(back_to_back.find("\"threads\":2"), std::string::npos) << back_to_back;
+  const double ceiling = number_after("two_thread_ceiling", o.output.rfind('{', parked_row));
   EXPECT_NEAR(ceiling, 2 * one_thread / (one_thread + caller + worker), 1e-6 * ceiling);
   EXPECT_GT(ceiling, 0.0);
   EXPECT_LT(ceiling, 2.0);

@@ -1,6 +1,6 @@
 // The process-wide worker pool behind the batch helpers (host/worker_pool.hpp): threads are reused
-// from call to call, end when idle, survive fork() in the child, report a job's exception, and a
-// join spins before it sleeps.
+// from call to call, end when idle, survive fork() in the child, report a job's exception, a join
+// spins before it sleeps, and a worker spins for its next job before it parks.
 #include <gtest/gtest.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -11,6 +11,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -169,6 +171,96 @@ TEST(WorkerPool, AJoinSpinsBeforeItSleeps) {
   EXPECT_TRUE(ended.load());
   EXPECT_GE(std::chrono::steady_clock::now() - start, work);
   EXPECT_EQ(detail::pool_join_sleeps(), sleeps + 1);
+}
+
+/// Sets the pool's idle spin for one scope.
+class IdleSpin {
+ public:
+  explicit IdleSpin(std::chrono::microseconds spin) : old_(detail::pool_idle_spin()) {
+    detail::set_pool_idle_spin(spin);
+  }
+  IdleSpin(const IdleSpin&) = delete;
+  IdleSpin& operator=(const IdleSpin&) = delete;
+  ~IdleSpin() { detail::set_pool_idle_spin(old_); }
+
+ private:
+  std::chrono::microseconds old_;
+};
+
+TEST(WorkerPool, AWorkerSpinningForWorkTakesTheNextJobWithoutAWakeUp) {
+  // The worker signals its job done under the pool's lock and counts itself spinning before it
+  // lets go of it, so a job submitted right after the join always finds it spinning: with a 2 s
+  // spin it takes the job in its spin, on the same thread; with none, it parks and is woken.
+  const auto next_job_after_a_join = [](std::chrono::microseconds spin) {
+    const IdleSpin scope(spin);
+    std::atomic<int> ran{0};
+    detail::run_pooled([&] { ++ran; }).join();
+    const std::size_t threads = detail::pool_threads();
+    const std::size_t handoffs = detail::pool_spin_handoffs();
+    detail::run_pooled([&] { ++ran; }).join();
+    EXPECT_EQ(ran.load(), 2);
+    EXPECT_EQ(detail::pool_threads(), threads);  // no thread started for the second job
+    return detail::pool_spin_handoffs() - handoffs;
+  };
+  EXPECT_EQ(next_job_after_a_join(std::chrono::seconds(2)), 1U);
+  EXPECT_EQ(next_job_after_a_join(std::chrono::microseconds(0)), 0U);
+  // A spin that ends without work parks the thread, which still serves after a wake-up.
+  {
+    const IdleSpin scope(std::chrono::milliseconds(5));
+    ASSERT_TRUE(covers_once(1000, 2));
+    EXPECT_TRUE(holds_within(std::chrono::seconds(10), [] {
+      return detail::pool_parked_threads() == detail::pool_threads();
+    }));
+    const std::size_t handoffs = detail::pool_spin_handoffs();
+    std::atomic<int> ran{0};
+    detail::run_pooled([&] { ++ran; }).join();
+    EXPECT_EQ(ran.load(), 1);
+    EXPECT_EQ(detail::pool_spin_handoffs(), handoffs);
+  }
+}
+
+TEST(WorkerPool, JobsSubmittedAsASpinEndsAreNeverLost) {
+  // A submitter skips the wake-up when a spinning worker will take its job; a spin that ends at
+  // that moment must still see the job under the lock. Random spins and gaps around the spin's
+  // end, from two callers at once: every job runs and every join returns. A lost job would wait
+  // until a parked thread's idle time ends, set to an hour here, so a watchdog ends the test.
+  const auto idle = detail::pool_idle_exit();
+  detail::set_pool_idle_exit(std::chrono::hours(1));
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!finished.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!finished.load()) {
+      std::fprintf(stderr, "a pooled job was never run: its join waited 120 s\n");
+      std::abort();
+    }
+  });
+  std::mt19937_64 seed_rng(std::random_device{}());
+  const IdleSpin scope(std::chrono::microseconds(1 + seed_rng() % 50));
+  std::atomic<int> ran{0};
+  std::vector<std::thread> callers;
+  constexpr int kJobs = 1000;
+  for (int c = 0; c < 2; ++c) {
+    callers.emplace_back([&, seed = seed_rng()] {
+      std::mt19937_64 rng(seed);
+      for (int j = 0; j < kJobs; ++j) {
+        detail::run_pooled([&] { ++ran; }).join();
+        const auto gap = std::chrono::microseconds(rng() % 100);
+        const auto resume = std::chrono::steady_clock::now() + gap;
+        while (std::chrono::steady_clock::now() < resume) {
+        }
+      }
+    });
+  }
+  for (std::thread& t : callers) {
+    t.join();
+  }
+  finished.store(true);
+  watchdog.join();
+  detail::set_pool_idle_exit(idle);
+  EXPECT_EQ(ran.load(), 2 * kJobs);
 }
 
 TEST(WorkerPool, ManyCallersShareThePool) {
