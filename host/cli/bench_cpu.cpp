@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -71,7 +72,8 @@ struct NoPrepare {
 /// median and 99th percentile wall time per call, and the CPU time per call. With `turns`, the
 /// calls run in turns after the limit's reads (LimitTurns), and only the calls' time counts.
 /// `prepare` runs before each call, outside its timing: its wall time is taken off the CPU
-/// time too (on a quiet machine the two agree).
+/// time too (on a quiet machine the two agree), less the seconds it returns, if it returns any:
+/// the time it slept, when no CPU time passed.
 template <class Op, class Prepare = NoPrepare>
 Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr,
                const Prepare& prepare = Prepare{}) {
@@ -96,8 +98,13 @@ Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr,
     auto last = start;
     double turn_elapsed = 0;
     double calls_elapsed = 0;  // the turn's wall time less its preparations
+    double asleep = 0;         // the preparations' time off the CPU
     do {
-      prepare();
+      if constexpr (std::is_void_v<decltype(prepare())>) {
+        prepare();
+      } else {
+        asleep += prepare();
+      }
       const auto before = clock::now();
       op();
       const auto now = clock::now();
@@ -109,7 +116,8 @@ Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr,
       last = now;
       turn_elapsed = std::chrono::duration<double>(now - start).count();
     } while (turn_elapsed < turn_seconds);
-    const double turn_cpu = process_cpu_seconds() - cpu_start - (turn_elapsed - calls_elapsed);
+    const double turn_cpu =
+        process_cpu_seconds() - cpu_start - (turn_elapsed - calls_elapsed - asleep);
     elapsed += calls_elapsed;
     cpu_seconds += turn_cpu;
     if (turns != nullptr && turns->keys_per_call > 0) {
@@ -355,20 +363,26 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   const CountingSource counter(full);
   sink += coordinator.find_longest_cache_hits(batches[0], counter).hit_lengths[0];
   turns.keys_per_call = static_cast<double>(counter.keys());
-  double one_thread_p50 = 0;  // the one-thread batch, for the two-thread rows
+  double one_thread_p50 = 0;   // the one-thread batch, for the two-thread rows
+  std::size_t parked_row = 0;  // the row that states what wake-ups leave
   // Two threads twice: back to back, where the worker is still spinning for work when the next
   // batch comes (host/worker_pool.hpp), and with the worker parked before each call, as a batch
   // per scheduler step finds it. The caller works through the pause rather than sleeps, as a
-  // runtime does between steps; the pause is outside the timing.
-  const auto park_pause = detail::pool_idle_spin() + std::chrono::microseconds(50);
+  // runtime does between steps. Then one thread whose core halts for the same pause, as a parked
+  // worker's does: what a halt costs the lookups that follow it on this machine (on a shared
+  // host, other work runs on the idle core). Pauses are outside the timing.
+  enum class Pause { none, busy, sleep };
+  const auto pause = detail::pool_idle_spin() + std::chrono::microseconds(50);
   struct BatchRow {
     const char* op;
     int threads;
-    bool parked;
+    Pause before;
   };
-  for (const BatchRow& config : {BatchRow{"batch_lookup_full_store", 1, false},
-                                 BatchRow{"batch_lookup_full_store_2threads", 2, false},
-                                 BatchRow{"batch_lookup_full_store_2threads_parked", 2, true}}) {
+  for (const BatchRow& config :
+       {BatchRow{"batch_lookup_full_store", 1, Pause::none},
+        BatchRow{"batch_lookup_full_store_2threads", 2, Pause::none},
+        BatchRow{"batch_lookup_full_store_2threads_parked", 2, Pause::busy},
+        BatchRow{"batch_lookup_full_store_after_halt", 1, Pause::sleep}}) {
     BatchOptions options;
     options.num_threads = config.threads;
     int which = 0;
@@ -379,19 +393,28 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
         },
         min_seconds, &turns,
         [&] {
-          if (config.parked) {
-            busy_wait(park_pause);
+          double slept = 0;
+          if (config.before == Pause::busy) {
+            busy_wait(pause);
+          } else if (config.before == Pause::sleep) {
+            const auto begin = std::chrono::steady_clock::now();
+            std::this_thread::sleep_for(pause);
+            slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
           }
           warm(batches[which].digests);
+          return slept;
         });
     add(config.op, b, t, static_cast<double>(counter.keys()), config.threads);
-    if (config.threads == 1) {
+    if (config.threads == 1 && config.before == Pause::none) {
       one_thread_p50 = t.p50_us;
+    }
+    if (config.threads == 2 && config.before == Pause::busy) {
+      parked_row = rows.size() - 1;
     }
   }
   // What the machine's thread wake-ups leave of 2x, beside the row whose worker they wake.
   context.wake = measure_pool_wake(200);
-  rows.back().two_thread_ceiling = context.wake.two_thread_ceiling(one_thread_p50);
+  rows[parked_row].two_thread_ceiling = context.wake.two_thread_ceiling(one_thread_p50);
   // Publishing the results keeps the timed calls from being optimised away.
   g_bench_sink.store(sink + static_cast<std::int64_t>(limit_buffer.checksum() & 1U),
                      std::memory_order_relaxed);

@@ -265,6 +265,16 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   const std::string back_to_back = o.output.substr(two_row, o.output.find('\n', two_row) - two_row);
   EXPECT_EQ(back_to_back.find("two_thread_ceiling"), std::string::npos) << back_to_back;
   EXPECT_NE(back_to_back.find("\"threads\":2"), std::string::npos) << back_to_back;
+  // And one thread whose core halted before each call, beside the one-thread batch.
+  const std::size_t halt_row = o.output.find("\"op\":\"batch_lookup_full_store_after_halt\"");
+  ASSERT_NE(halt_row, std::string::npos) << o.output;
+  const std::string after_halt =
+      o.output.substr(halt_row, o.output.find('\n', halt_row) - halt_row);
+  EXPECT_NE(after_halt.find("\"threads\":1"), std::string::npos) << after_halt;
+  // No CPU time passes in its sleep, so the sleep is not taken off the CPU time as a busy
+  // preparation's wall time is: here a call is shorter than the sleep, and that would leave a
+  // CPU time below zero.
+  EXPECT_GT(number_after("cpu_us", o.output.rfind('{', halt_row)), 0.0);
   const double ceiling = number_after("two_thread_ceiling", o.output.rfind('{', parked_row));
   EXPECT_NEAR(ceiling, 2 * one_thread / (one_thread + caller + worker), 1e-6 * ceiling);
   EXPECT_GT(ceiling, 0.0);
