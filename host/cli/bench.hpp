@@ -199,6 +199,7 @@ struct CpuBenchContext {
   bool hot_hashes = false;
   MemoryLimit limit;
   PoolWake wake;
+  std::int64_t worker_spin_us = 0;  ///< how long the pool's workers spin before they park
 };
 
 /// Fills a resident index with `requests` requests of `workload` in each store shape, measures

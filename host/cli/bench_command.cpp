@@ -1,5 +1,6 @@
 // `prefixhit bench`: realistic lookup workloads, timed on the CPU engine (bench_cpu.cpp) or the
 // GPU engine (bench_gpu.cpp); this file holds the command and its output.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "host/cli/bench.hpp"
 #include "host/cli/commands.hpp"
+#include "host/worker_pool.hpp"
 #include "prefixhit/errors.hpp"
 
 namespace prefixhit::cli {
@@ -28,6 +30,7 @@ struct BenchOptions {
   double min_seconds = 0.5;
   std::string hash_pages = "4k";
   std::string hashes = "cold";
+  std::int64_t worker_spin_us = -1;  // -1: the pool's own
   bool json = false;
 };
 
@@ -103,7 +106,8 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
                            {"two_thread_core_share", l.two_thread_overlap},
                            {"hit_lines_ns_per_key", l.hit_lines_ns()},
                            {"pool_wake_caller_us", c.wake.caller_us},
-                           {"pool_wake_worker_us", c.wake.worker_us}};
+                           {"pool_wake_worker_us", c.wake.worker_us},
+                           {"worker_spin_us", c.worker_spin_us}};
     for (const Issue issue : kEveryIssue) {  // each way of issuing the reads
       line[std::string("independent_read_ns_") + issue_name(issue)] = l.independent.at(issue);
       line[std::string("hit_lines_ns_per_key_") + issue_name(issue)] = l.hit_lines.at(issue);
@@ -145,9 +149,26 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       l.hit_lines.at(Issue::prefetched_l1), l.hit_lines.at(Issue::prefetched_l2));
   std::printf(
       "# waking a parked pool worker (a two-thread batch's start): %.1f us in the caller's wake "
-      "call, %.1f us until the worker runs (medians)\n",
-      c.wake.caller_us, c.wake.worker_us);
+      "call, %.1f us until the worker runs (medians); a worker spins %lld us for its next job "
+      "before it parks\n",
+      c.wake.caller_us, c.wake.worker_us, static_cast<long long>(c.worker_spin_us));
 }
+
+/// The pool's idle spin set for one bench run (a negative value keeps the pool's), and put back.
+class PoolSpinFor {
+ public:
+  explicit PoolSpinFor(std::int64_t spin_us) : old_(detail::pool_idle_spin()) {
+    if (spin_us >= 0) {
+      detail::set_pool_idle_spin(std::chrono::microseconds(spin_us));
+    }
+  }
+  PoolSpinFor(const PoolSpinFor&) = delete;
+  PoolSpinFor& operator=(const PoolSpinFor&) = delete;
+  ~PoolSpinFor() { detail::set_pool_idle_spin(old_); }
+
+ private:
+  std::chrono::microseconds old_;
+};
 
 void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
   for (const BenchRow& row : rows) {
@@ -245,6 +266,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--min-time", options->min_seconds, "Seconds spent timing each op")
       ->check(kFinite & CLI::Range(0.001, 600.0))
       ->capture_default_str();
+  cmd->add_option("--worker-spin-us", options->worker_spin_us,
+                  "CPU: how long a batch's worker spins for its next job before it parks "
+                  "(default: the pool's, 100; 0 parks at once)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1000000}));
   cmd->add_option("--hash-pages", options->hash_pages,
                   "CPU: the pages the requests' hashes lie on: 4k (what malloc gives) or 2m "
                   "(2 MiB pages, madvise)")
@@ -274,15 +299,15 @@ void add_bench_command(CLI::App& app) {
       "are hot, the bytes of lines a cycle of single lookups "
       "reads and the L3 size the CPU reports, "
       "dependent and independent random-read ns, the independent reads on two threads at "
-      "once, a hit's lines read independently per key, and what waking a pool worker costs "
-      "the caller and the worker; independent reads are the fastest "
+      "once, a hit's lines read independently per key, what waking a pool worker costs "
+      "the caller and the worker, and worker_spin_us; independent reads are the fastest "
       "of plain loads and loads prefetched ahead into L1 or L2, each given). Lookup rows "
       "are timed in turns with the limit's reads; their ratios are medians over the "
       "turns");
   cmd->callback([options, cmd] {
     // The GPU rows time device batches of --requests: an option that shapes only the CPU rows
     // would be ignored there, so it is refused rather than silently dropped.
-    for (const char* cpu_only : {"--batch", "--hash-pages", "--hashes"}) {
+    for (const char* cpu_only : {"--batch", "--hash-pages", "--hashes", "--worker-spin-us"}) {
       if (options->backend == "gpu" && cmd->count(cpu_only) > 0) {
         throw InvalidArgument(std::string("bench: ") + cpu_only +
                               " applies to --backend cpu only (the GPU rows time batches of "
@@ -311,6 +336,8 @@ void add_bench_command(CLI::App& app) {
       CpuBenchContext context;
       context.huge_page_hashes = options->hash_pages == "2m";
       context.hot_hashes = options->hashes == "hot";
+      const PoolSpinFor spin(options->worker_spin_us);
+      context.worker_spin_us = detail::pool_idle_spin().count();
       const std::vector<BenchRow> rows =
           run_cpu_bench(workload, options->requests, options->batch, options->min_seconds, context);
       print_context(workload, context, options->json);

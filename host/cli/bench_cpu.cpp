@@ -4,6 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -68,31 +71,21 @@ struct NoPrepare {
   void operator()() const {}
 };
 
-/// Calls `op` for at least min_seconds after one warm-up call, timing every call: the mean,
-/// median and 99th percentile wall time per call, and the CPU time per call. With `turns`, the
-/// calls run in turns after the limit's reads (LimitTurns), and only the calls' time counts.
-/// `prepare` runs before each call, outside its timing: its wall time is taken off the CPU
-/// time too (on a quiet machine the two agree), less the seconds it returns, if it returns any:
-/// the time it slept, when no CPU time passed.
-template <class Op, class Prepare = NoPrepare>
-Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr,
-               const Prepare& prepare = Prepare{}) {
-  using clock = std::chrono::steady_clock;
-  op();  // warm up caches and allocations
-  Timing t;
-  std::vector<double> samples;
-  samples.reserve(1 << 16);
-  double elapsed = 0;
-  double cpu_seconds = 0;
-  do {
-    double independent_ns = 0;
-    double hit_lines_ns = 0;
-    if (turns != nullptr) {
-      independent_ns = turns->buffer->independent_ns(turns->independent_reads);
-      hit_lines_ns = turns->buffer->hit_lines_ns(*turns->probed, turns->hit_line_passes);
-    }
-    const double turn_seconds = turns != nullptr ? LimitTurns::kTurnSeconds : min_seconds;
-    const std::size_t calls_before = samples.size();
+/// One timed row's calls, gathered turn by turn: the mean, median and 99th percentile wall time
+/// per call, and the CPU time per call. With LimitTurns, each turn also sets the calls beside
+/// the limit's reads just before it.
+class RowClock {
+ public:
+  RowClock() { samples_.reserve(1 << 16); }
+
+  /// Calls `op` for `seconds`. `prepare` runs before each call, outside its timing: its wall
+  /// time is taken off the CPU time too (on a quiet machine the two agree), less the seconds it
+  /// returns, if it returns any: the time it slept, when no CPU time passed.
+  template <class Op, class Prepare>
+  void turn(const Op& op, const Prepare& prepare, double seconds, const LimitTurns* turns,
+            double independent_ns, double hit_lines_ns) {
+    using clock = std::chrono::steady_clock;
+    const std::size_t calls_before = samples_.size();
     const double cpu_start = process_cpu_seconds();
     const auto start = clock::now();
     auto last = start;
@@ -111,33 +104,120 @@ Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr,
       // A call's time runs from the end of the last one (the loop's own work included), or
       // from the end of its preparation.
       const auto from = std::is_same_v<Prepare, NoPrepare> ? last : before;
-      samples.push_back(std::chrono::duration<double, std::micro>(now - from).count());
-      calls_elapsed += samples.back() * 1e-6;
+      samples_.push_back(std::chrono::duration<double, std::micro>(now - from).count());
+      calls_elapsed += samples_.back() * 1e-6;
       last = now;
       turn_elapsed = std::chrono::duration<double>(now - start).count();
-    } while (turn_elapsed < turn_seconds);
+    } while (turn_elapsed < seconds);
     const double turn_cpu =
         process_cpu_seconds() - cpu_start - (turn_elapsed - calls_elapsed - asleep);
-    elapsed += calls_elapsed;
-    cpu_seconds += turn_cpu;
+    elapsed_ += calls_elapsed;
+    turns_elapsed_ += turn_elapsed;
+    cpu_seconds_ += turn_cpu;
     if (turns != nullptr && turns->keys_per_call > 0) {
       const double ns_per_key =
           turn_cpu * 1e9 /
-          (static_cast<double>(samples.size() - calls_before) * turns->keys_per_call);
-      t.pct_of_independent.push_back(100.0 * independent_ns / ns_per_key);
-      t.independent_ns.push_back(independent_ns);
+          (static_cast<double>(samples_.size() - calls_before) * turns->keys_per_call);
+      t_.pct_of_independent.push_back(100.0 * independent_ns / ns_per_key);
+      t_.independent_ns.push_back(independent_ns);
       if (hit_lines_ns > 0) {
-        t.x_hit_lines.push_back(ns_per_key / hit_lines_ns);
+        t_.x_hit_lines.push_back(ns_per_key / hit_lines_ns);
       }
     }
-  } while (elapsed < min_seconds);
-  const auto calls = static_cast<double>(samples.size());
-  t.us_per_call = elapsed * 1e6 / calls;
-  t.calls_per_s = 1e6 / t.us_per_call;
-  t.cpu_us = cpu_seconds * 1e6 / calls;
-  t.p50_us = percentile(samples, 0.5);
-  t.p99_us = percentile(std::move(samples), 0.99);
-  return t;
+  }
+
+  /// Seconds of calls timed so far.
+  double elapsed() const { return elapsed_; }
+  /// Seconds of turns so far, preparations included.
+  double turns_elapsed() const { return turns_elapsed_; }
+
+  Timing finish() {
+    const auto calls = static_cast<double>(samples_.size());
+    t_.us_per_call = elapsed_ * 1e6 / calls;
+    t_.calls_per_s = 1e6 / t_.us_per_call;
+    t_.cpu_us = cpu_seconds_ * 1e6 / calls;
+    t_.p50_us = percentile(samples_, 0.5);
+    t_.p99_us = percentile(std::move(samples_), 0.99);
+    return std::move(t_);
+  }
+
+ private:
+  Timing t_;
+  std::vector<double> samples_;
+  double elapsed_ = 0;
+  double turns_elapsed_ = 0;
+  double cpu_seconds_ = 0;
+};
+
+/// The limit's reads for one turn: ns per independent read and per key of a hit's lines (0, 0
+/// without turns).
+std::pair<double, double> read_limit(LimitTurns* turns) {
+  if (turns == nullptr) {
+    return {0.0, 0.0};
+  }
+  return {turns->buffer->independent_ns(turns->independent_reads),
+          turns->buffer->hit_lines_ns(*turns->probed, turns->hit_line_passes)};
+}
+
+/// Calls `op` for at least min_seconds after one warm-up call (RowClock). With `turns`, the
+/// calls run in turns after the limit's reads (LimitTurns), and only the calls' time counts.
+template <class Op, class Prepare = NoPrepare>
+Timing time_op(const Op& op, double min_seconds, LimitTurns* turns = nullptr,
+               const Prepare& prepare = Prepare{}) {
+  op();  // warm up caches and allocations
+  RowClock row;
+  do {
+    const auto [independent_ns, hit_lines_ns] = read_limit(turns);
+    row.turn(op, prepare, turns != nullptr ? LimitTurns::kTurnSeconds : min_seconds, turns,
+             independent_ns, hit_lines_ns);
+  } while (row.elapsed() < min_seconds);
+  return row.finish();
+}
+
+/// A row timed in turns with others (time_rows).
+struct InterleavedRow {
+  std::function<void()> op;
+  std::function<double()> prepare;  ///< as RowClock::turn's: returns the seconds it slept
+};
+
+/// Times `rows` in turns with the limit's reads and with each other: each turn reads the limit,
+/// then calls each row for a turn, until every row has had min_seconds of turns (its
+/// preparations included: a row that pauses before each call gets as many turns as one that
+/// does not). Rows compared with
+/// each other (one thread and two) are then timed under the same conditions: this machine's
+/// speed drifts by a fifth within minutes, so rows timed one after the other compared its drift.
+std::vector<Timing> time_rows(const std::vector<InterleavedRow>& rows, double min_seconds,
+                              LimitTurns& turns) {
+  for (const InterleavedRow& row : rows) {
+    row.prepare();
+    row.op();  // warm up caches and allocations
+  }
+  std::vector<RowClock> clocks(rows.size());
+  const auto shortest = [&] {
+    double least = std::numeric_limits<double>::infinity();
+    for (const RowClock& c : clocks) {
+      least = std::min(least, c.turns_elapsed());
+    }
+    return least;
+  };
+  // Each turn starts one row further on, so that every row follows the limit's reads and each
+  // other row as often: what one leaves in the caches does not favour the next.
+  std::size_t first = 0;
+  do {
+    const auto [independent_ns, hit_lines_ns] = read_limit(&turns);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::size_t r = (first + i) % rows.size();
+      clocks[r].turn(rows[r].op, rows[r].prepare, LimitTurns::kTurnSeconds, &turns, independent_ns,
+                     hit_lines_ns);
+    }
+    first = (first + 1) % rows.size();
+  } while (shortest() < min_seconds);
+  std::vector<Timing> timings;
+  timings.reserve(clocks.size());
+  for (RowClock& c : clocks) {
+    timings.push_back(c.finish());
+  }
+  return timings;
 }
 
 /// Counts the index keys a lookup asks its store about (each member group's key once), and
@@ -370,7 +450,8 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   // per scheduler step finds it. The caller works through the pause rather than sleeps, as a
   // runtime does between steps. Then one thread whose core halts for the same pause, as a parked
   // worker's does: what a halt costs the lookups that follow it on this machine (on a shared
-  // host, other work runs on the idle core). Pauses are outside the timing.
+  // host, other work runs on the idle core). Pauses are outside the timing. The rows take turns
+  // (time_rows), so the two-thread speed-ups compare calls timed in the same minutes.
   enum class Pause { none, busy, sleep };
   const auto pause = detail::pool_idle_spin() + std::chrono::microseconds(50);
   struct BatchRow {
@@ -378,21 +459,25 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
     int threads;
     Pause before;
   };
-  for (const BatchRow& config :
-       {BatchRow{"batch_lookup_full_store", 1, Pause::none},
-        BatchRow{"batch_lookup_full_store_2threads", 2, Pause::none},
-        BatchRow{"batch_lookup_full_store_2threads_parked", 2, Pause::busy},
-        BatchRow{"batch_lookup_full_store_after_halt", 1, Pause::sleep}}) {
+  const BatchRow configs[] = {{"batch_lookup_full_store", 1, Pause::none},
+                              {"batch_lookup_full_store_2threads", 2, Pause::none},
+                              {"batch_lookup_full_store_2threads_parked", 2, Pause::busy},
+                              {"batch_lookup_full_store_after_halt", 1, Pause::sleep}};
+  // Each row alternates between two batches of its own, the first and the last b requests.
+  int which[std::size(configs)] = {};
+  std::vector<InterleavedRow> timed;
+  timed.reserve(std::size(configs));
+  for (std::size_t c = 0; c < std::size(configs); ++c) {
+    const BatchRow& config = configs[c];
     BatchOptions options;
     options.num_threads = config.threads;
-    int which = 0;
-    const Timing t = time_op(
-        [&] {
-          sink += coordinator.find_longest_cache_hits(batches[which], full, options).hit_lengths[0];
-          which ^= 1;
+    timed.push_back(InterleavedRow{
+        [&, options, c] {
+          sink +=
+              coordinator.find_longest_cache_hits(batches[which[c]], full, options).hit_lengths[0];
+          which[c] ^= 1;
         },
-        min_seconds, &turns,
-        [&] {
+        [&, config, c] {
           double slept = 0;
           if (config.before == Pause::busy) {
             busy_wait(pause);
@@ -401,12 +486,16 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
             std::this_thread::sleep_for(pause);
             slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
           }
-          warm(batches[which].digests);
+          warm(batches[which[c]].digests);
           return slept;
-        });
-    add(config.op, b, t, static_cast<double>(counter.keys()), config.threads);
+        }});
+  }
+  const std::vector<Timing> timings = time_rows(timed, min_seconds, turns);
+  for (std::size_t c = 0; c < std::size(configs); ++c) {
+    const BatchRow& config = configs[c];
+    add(config.op, b, timings[c], static_cast<double>(counter.keys()), config.threads);
     if (config.threads == 1 && config.before == Pause::none) {
-      one_thread_p50 = t.p50_us;
+      one_thread_p50 = timings[c].p50_us;
     }
     if (config.threads == 2 && config.before == Pause::busy) {
       parked_row = rows.size() - 1;

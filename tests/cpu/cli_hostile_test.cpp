@@ -18,11 +18,13 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "host/worker_pool.hpp"
 #include "tests/cpu/test_support.hpp"
 
 namespace {
@@ -180,6 +182,31 @@ TEST_F(CliHostile, BenchRefusesCpuOnlyOptionsWithTheGpuBackend) {
   expect_refused({"bench", "--backend", "gpu", "--hashes", "hot"}, "--hashes");
   expect_refused({"bench", "--backend", "gpu", "--hash-pages", "2m"}, "--hash-pages");
   expect_refused({"bench", "--backend", "gpu", "--batch", "4"}, "--batch");
+  expect_refused({"bench", "--backend", "gpu", "--worker-spin-us", "0"}, "--worker-spin-us");
+}
+
+// The workers' spin the bench ran with is stated: the pool's own by default, else the option's
+// (random here), which must lie within 0 to 1 s.
+TEST_F(CliHostile, BenchStatesTheWorkerSpinItRanWith) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int spin = static_cast<int>(rng() % 500);
+  for (const bool given : {false, true}) {
+    std::vector<std::string> args = {"bench", "--workload", "fa-3swa", "--requests",
+                                     "2",     "--tokens",   "2048",    "--min-time",
+                                     "0.001", "--json"};
+    if (given) {
+      args.insert(args.end(), {"--worker-spin-us", std::to_string(spin)});
+    }
+    const Outcome o = run_cli(args);
+    ASSERT_EQ(o.exit_code, 0) << o.output;
+    const std::size_t limit = o.output.rfind('{', o.output.find("\"op\":\"memory_limit\""));
+    ASSERT_NE(limit, std::string::npos) << o.output;
+    EXPECT_EQ(json_number_after(o.output, "worker_spin_us", limit),
+              given ? spin : prefixhit::detail::pool_idle_spin().count())
+        << o.output;
+  }
+  expect_refused({"bench", "--worker-spin-us", "-1"}, "--worker-spin-us");
+  expect_refused({"bench", "--worker-spin-us", "1000001"}, "--worker-spin-us");
 }
 
 // Not hostile: a small bench run says what it measured (issue 14): the pages its hashes lie on,
@@ -275,6 +302,11 @@ TEST_F(CliHostile, BenchJsonStatesItsStoreAndLimit) {
   // preparation's wall time is: here a call is shorter than the sleep, and that would leave a
   // CPU time below zero.
   EXPECT_GT(number_after("cpu_us", o.output.rfind('{', halt_row)), 0.0);
+  // The batch rows take turns with each other, so each has as many turns as the others.
+  const double batch_turns = number_after("limit_turns", o.output.rfind('{', batch_row));
+  for (const std::size_t other : {two_row, parked_row, halt_row}) {
+    EXPECT_EQ(number_after("limit_turns", o.output.rfind('{', other)), batch_turns) << o.output;
+  }
   const double ceiling = number_after("two_thread_ceiling", o.output.rfind('{', parked_row));
   EXPECT_NEAR(ceiling, 2 * one_thread / (one_thread + caller + worker), 1e-6 * ceiling);
   EXPECT_GT(ceiling, 0.0);
