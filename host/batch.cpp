@@ -8,6 +8,7 @@
 #include "host/nvtx.hpp"
 #include "host/parallel.hpp"
 #include "host/probes.hpp"
+#include "host/worker_pool.hpp"
 #include "prefixhit/coordinator.hpp"
 #include "prefixhit/detail/finders.hpp"
 #include "prefixhit/errors.hpp"
@@ -63,6 +64,11 @@ BatchLookupResult Coordinator::find_longest_cache_hits(const LookupBatch& batch,
         "BatchOptions::min_seconds_per_worker must be a finite number of "
         "seconds >= 0, got " +
         std::to_string(options.min_seconds_per_worker));
+  }
+  if (options.num_threads != 1) {
+    // Read before any lookup, so that a bad PREFIXHIT_WORKER_SPIN_US fails every batch that may
+    // use workers with the same error, not only those whose pace starts one.
+    (void)detail::pool_idle_spin();
   }
   detail::check_store_width(store, config_.digest_size);
   const std::size_t r = batch.num_requests();

@@ -3,11 +3,16 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
+
+#include "prefixhit/errors.hpp"
 
 namespace prefixhit::detail {
 
@@ -38,10 +43,12 @@ std::atomic<std::int64_t> g_join_spin_us{100};
 
 std::atomic<std::size_t> g_join_sleeps{0};
 
-/// How long a worker spins for its next job before it parks: 100 us by default. A batch's worker
-/// that is still spinning when the next batch comes takes it without a wake-up on either side
-/// (12 us in the caller's wake call and 26 us before the worker runs, here).
-std::atomic<std::int64_t> g_idle_spin_us{100};
+/// How long a worker spins for its next job before it parks: PREFIXHIT_WORKER_SPIN_US, else
+/// 100 us. A batch's worker that is still spinning when the next batch comes takes it without a
+/// wake-up on either side (12 us in the caller's wake call and 30-45 us before the worker runs,
+/// here). kSpinUnread until the environment is read.
+constexpr std::int64_t kSpinUnread = -1;
+std::atomic<std::int64_t> g_idle_spin_us{kSpinUnread};
 
 std::atomic<std::size_t> g_spin_handoffs{0};
 
@@ -115,6 +122,7 @@ void worker_loop(Pool* pool) {
   for (;;) {
     while (pool->jobs.empty()) {
       bool leave = pool->closing;
+      // Read by run_pooled before it queued any job, so never kSpinUnread here.
       const std::int64_t spin_us = g_idle_spin_us.load(std::memory_order_relaxed);
       if (!leave && may_spin && spin_us > 0) {
         // Counted as spinning until it holds the lock again, so a job queued meanwhile is seen
@@ -199,6 +207,7 @@ const CloseAtUnload g_close_at_unload;
 }  // namespace
 
 PooledJob run_pooled(std::function<void()> work) {
+  (void)pool_idle_spin();  // reads PREFIXHIT_WORKER_SPIN_US once; a bad value throws here
   Pool& pool = the_pool();
   auto state = std::make_shared<PooledJob::State>();
   std::unique_lock<std::mutex> lock(pool.mutex);
@@ -256,10 +265,37 @@ std::size_t pool_spin_handoffs() {
 }
 
 std::chrono::microseconds pool_idle_spin() {
-  return std::chrono::microseconds(g_idle_spin_us.load(std::memory_order_relaxed));
+  std::int64_t spin = g_idle_spin_us.load(std::memory_order_relaxed);
+  if (spin == kSpinUnread) {
+    const std::int64_t read = worker_spin_from_environment();  // throws on a bad value
+    // A set_pool_idle_spin meanwhile wins over the environment.
+    g_idle_spin_us.compare_exchange_strong(spin, read, std::memory_order_relaxed);
+    spin = g_idle_spin_us.load(std::memory_order_relaxed);
+  }
+  return std::chrono::microseconds(spin);
+}
+
+std::int64_t worker_spin_from_environment() {
+  const char* text = std::getenv(kWorkerSpinVariable);
+  if (text == nullptr || *text == '\0') {
+    return kDefaultWorkerSpinUs;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value < 0 || value > kMaxWorkerSpinUs) {
+    throw InvalidArgument(std::string(kWorkerSpinVariable) + "=\"" + text +
+                          "\": expected a whole number of microseconds from 0 to " +
+                          std::to_string(kMaxWorkerSpinUs));
+  }
+  return value;
 }
 
 void set_pool_idle_spin(std::chrono::microseconds spin) {
+  if (spin.count() < 0 || spin.count() > kMaxWorkerSpinUs) {
+    throw InvalidArgument("worker spin " + std::to_string(spin.count()) + " us: expected 0 to " +
+                          std::to_string(kMaxWorkerSpinUs));
+  }
   g_idle_spin_us.store(spin.count(), std::memory_order_relaxed);
 }
 

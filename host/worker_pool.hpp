@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -55,11 +56,21 @@ void set_join_spin(std::chrono::microseconds spin);
 /// neither the caller nor the worker paid a wake-up (diagnostics and tests).
 std::size_t pool_spin_handoffs();
 
-/// How long a worker spins for its next job before it parks (100 us by default; 0 parks at once).
-/// Back-to-back batches then hand their workers work without a wake-up; a batch per scheduler
-/// step, milliseconds apart, finds them parked and costs the spin's CPU time once per step.
+/// How long a worker spins for its next job before it parks (0 parks at once). Back-to-back
+/// batches then hand their workers work without a wake-up; a batch per scheduler step,
+/// milliseconds apart, finds them parked and costs the spin's CPU time once per step. The
+/// process's value comes from PREFIXHIT_WORKER_SPIN_US (microseconds, 0 to 1 s), read at the
+/// first call, else 100 us: a deployment that packs processes onto shared cores turns it off.
+/// A bad value throws InvalidArgument naming the variable, from here and so from the first
+/// batch that would start a worker. set_pool_idle_spin (tests, `bench --worker-spin-us`) throws
+/// InvalidArgument outside 0 to 1 s.
+inline constexpr const char* kWorkerSpinVariable = "PREFIXHIT_WORKER_SPIN_US";
+inline constexpr std::int64_t kDefaultWorkerSpinUs = 100;
+inline constexpr std::int64_t kMaxWorkerSpinUs = 1000000;
 std::chrono::microseconds pool_idle_spin();
 void set_pool_idle_spin(std::chrono::microseconds spin);
+/// The environment's value (kDefaultWorkerSpinUs when unset or empty); throws InvalidArgument.
+std::int64_t worker_spin_from_environment();
 
 /// How long a parked thread waits for work before it ends (10 s by default; tests shorten it).
 std::chrono::milliseconds pool_idle_exit();

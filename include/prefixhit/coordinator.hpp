@@ -29,7 +29,10 @@ struct BatchOptions {
   /// process) or, before there is one, by timing this batch's first requests on the calling
   /// thread. A worker costs a wake-up (workers are kept in a process-wide pool; 5-45 us,
   /// 18-70 us when a thread must start) and its share of the batch loses the overlap of one
-  /// probe stream. 0: always num_threads.
+  /// probe stream. 0: always num_threads. A worker that finishes spins for its next job for
+  /// PREFIXHIT_WORKER_SPIN_US microseconds (environment, 0 to 1000000; default 100) before it
+  /// parks, so back-to-back batches skip the wake-up; 0 parks at once (cores shared with other
+  /// processes). A bad value fails every batch with num_threads other than 1, InvalidArgument.
   double min_seconds_per_worker = 250e-6;
 };
 

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "host/worker_pool.hpp"
@@ -46,8 +47,10 @@ std::string cli_path() {
 #endif
 }
 
-/// Runs the CLI with `args`; `file_limit` (bytes) sets RLIMIT_FSIZE with SIGXFSZ at default.
-Outcome run_cli(const std::vector<std::string>& args, long file_limit = -1) {
+/// Runs the CLI with `args`; `file_limit` (bytes) sets RLIMIT_FSIZE with SIGXFSZ at default;
+/// `env` adds variables to the child's environment.
+Outcome run_cli(const std::vector<std::string>& args, long file_limit = -1,
+                const std::vector<std::pair<std::string, std::string>>& env = {}) {
   const std::string out_path =
       (fs::temp_directory_path() / ("prefixhit-cli-" + std::to_string(::getpid()) + ".out"))
           .string();
@@ -62,6 +65,9 @@ Outcome run_cli(const std::vector<std::string>& args, long file_limit = -1) {
       ::getrlimit(RLIMIT_FSIZE, &limit);
       limit.rlim_cur = static_cast<rlim_t>(file_limit);
       ::setrlimit(RLIMIT_FSIZE, &limit);
+    }
+    for (const auto& [name, value] : env) {
+      ::setenv(name.c_str(), value.c_str(), 1);
     }
     std::vector<std::string> all = {cli_path()};
     all.insert(all.end(), args.begin(), args.end());
@@ -207,6 +213,21 @@ TEST_F(CliHostile, BenchStatesTheWorkerSpinItRanWith) {
   }
   expect_refused({"bench", "--worker-spin-us", "-1"}, "--worker-spin-us");
   expect_refused({"bench", "--worker-spin-us", "1000001"}, "--worker-spin-us");
+  // From the environment: the process's spin, and a bad value is an error that names it.
+  const std::vector<std::string> small = {"bench", "--workload", "fa-3swa", "--requests",
+                                          "2",     "--tokens",   "2048",    "--min-time",
+                                          "0.001", "--json"};
+  const Outcome from_env = run_cli(small, -1, {{"PREFIXHIT_WORKER_SPIN_US", std::to_string(spin)}});
+  ASSERT_EQ(from_env.exit_code, 0) << from_env.output;
+  const std::size_t env_limit =
+      from_env.output.rfind('{', from_env.output.find("\"op\":\"memory_limit\""));
+  ASSERT_NE(env_limit, std::string::npos) << from_env.output;
+  EXPECT_EQ(json_number_after(from_env.output, "worker_spin_us", env_limit), spin)
+      << from_env.output;
+  const Outcome bad = run_cli(small, -1, {{"PREFIXHIT_WORKER_SPIN_US", "fast"}});
+  EXPECT_EQ(bad.signal, 0) << bad.output;
+  EXPECT_GT(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("PREFIXHIT_WORKER_SPIN_US=\"fast\""), std::string::npos) << bad.output;
 }
 
 // Not hostile: a small bench run says what it measured (issue 14): the pages its hashes lie on,

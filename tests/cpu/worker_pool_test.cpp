@@ -11,9 +11,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -189,7 +191,7 @@ class IdleSpin {
 
 TEST(WorkerPool, AWorkerSpinningForWorkTakesTheNextJobWithoutAWakeUp) {
   // The worker signals its job done under the pool's lock and counts itself spinning before it
-  // lets go of it, so a job submitted right after the join always finds it spinning: with a 2 s
+  // lets go of it, so a job submitted right after the join always finds it spinning: with a 1 s
   // spin it takes the job in its spin, on the same thread; with none, it parks and is woken.
   const auto next_job_after_a_join = [](std::chrono::microseconds spin) {
     const IdleSpin scope(spin);
@@ -202,7 +204,7 @@ TEST(WorkerPool, AWorkerSpinningForWorkTakesTheNextJobWithoutAWakeUp) {
     EXPECT_EQ(detail::pool_threads(), threads);  // no thread started for the second job
     return detail::pool_spin_handoffs() - handoffs;
   };
-  EXPECT_EQ(next_job_after_a_join(std::chrono::seconds(2)), 1U);
+  EXPECT_EQ(next_job_after_a_join(std::chrono::seconds(1)), 1U);
   EXPECT_EQ(next_job_after_a_join(std::chrono::microseconds(0)), 0U);
   // A spin that ends without work parks the thread, which still serves after a wake-up.
   {
@@ -261,6 +263,63 @@ TEST(WorkerPool, JobsSubmittedAsASpinEndsAreNeverLost) {
   watchdog.join();
   detail::set_pool_idle_exit(idle);
   EXPECT_EQ(ran.load(), 2 * kJobs);
+}
+
+/// Sets an environment variable for one scope (unset: nullptr), and puts the old value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
+    set(value);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
+
+ private:
+  void set(const char* value) {
+    if (value != nullptr) {
+      ::setenv(name_, value, 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(WorkerPool, TheWorkerSpinComesFromTheEnvironmentOrIsRefused) {
+  std::mt19937_64 rng(std::random_device{}());
+  const auto valid = static_cast<std::int64_t>(rng() % (detail::kMaxWorkerSpinUs + 1));
+  {
+    const ScopedEnv env(detail::kWorkerSpinVariable, std::to_string(valid).c_str());
+    EXPECT_EQ(detail::worker_spin_from_environment(), valid);
+  }
+  for (const char* unset : {static_cast<const char*>(nullptr), ""}) {
+    const ScopedEnv env(detail::kWorkerSpinVariable, unset);
+    EXPECT_EQ(detail::worker_spin_from_environment(), detail::kDefaultWorkerSpinUs);
+  }
+  for (const char* bad : {"-1", "1000001", "fast", "12us", "1e3", "99999999999999999999"}) {
+    const ScopedEnv env(detail::kWorkerSpinVariable, bad);
+    try {
+      (void)detail::worker_spin_from_environment();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(detail::kWorkerSpinVariable), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  // The setter refuses the same range, and a refused value changes nothing.
+  const std::chrono::microseconds before = detail::pool_idle_spin();
+  EXPECT_THROW(detail::set_pool_idle_spin(std::chrono::microseconds(-1)), InvalidArgument);
+  EXPECT_THROW(detail::set_pool_idle_spin(std::chrono::microseconds(detail::kMaxWorkerSpinUs + 1)),
+               InvalidArgument);
+  EXPECT_EQ(detail::pool_idle_spin(), before);
 }
 
 TEST(WorkerPool, ManyCallersShareThePool) {

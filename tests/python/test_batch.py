@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -167,3 +170,42 @@ def test_result_indexing() -> None:
         result.masks(-3)
     empty = coord.find_longest_cache_hits(np.zeros((0, 32), np.uint8), [0], [], set())
     assert len(empty) == 0 and empty.hit_lengths.shape == (0,)
+
+
+WORKER_SPIN_SCRIPT = """
+import numpy as np, prefixhit
+coord = prefixhit.Coordinator([{"kind": "full_attention", "block_size": 16}], 16, 16)
+hashes = [bytes([i]) * 32 for i in range(4)]
+digests = np.frombuffer(b"".join(hashes * 2), dtype=np.uint8).reshape(-1, 32)
+for threads in (1, 2):
+    try:
+        hits = coord.find_longest_cache_hits(
+            digests, [0, 4, 8], 64, prefixhit.KeySet([(0, h) for h in hashes]),
+            num_threads=threads,
+        ).hit_lengths.tolist()
+        print(threads, "OK", hits)
+    except prefixhit.InvalidArgumentError as e:
+        print(threads, "REFUSED", e)
+"""
+
+
+@pytest.mark.parametrize("value", ["fast", "-5", "2000000", None])
+def test_the_worker_spin_variable_is_read_or_refused(value: str | None, seed: int) -> None:
+    """PREFIXHIT_WORKER_SPIN_US: a bad value refuses batches that may use workers (a store that
+    needs no GIL), with a typed error naming it; one thread never reads it; a good value (random)
+    changes no answer."""
+    env = dict(os.environ)
+    good = str(random.Random(seed).randrange(0, 1_000_001))
+    env["PREFIXHIT_WORKER_SPIN_US"] = good if value is None else value
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_SPIN_SCRIPT], capture_output=True, text=True, timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "1 OK [64, 64]", done.stdout
+    if value is None:
+        assert lines[1] == "2 OK [64, 64]", done.stdout
+    else:
+        assert lines[1].startswith("2 REFUSED"), done.stdout
+        assert f'PREFIXHIT_WORKER_SPIN_US="{value}"' in lines[1], done.stdout
