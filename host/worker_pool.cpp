@@ -37,6 +37,22 @@ inline void spin_pause() {
 #endif
 }
 
+/// Spins until done() holds or `spin` has passed, checking the clock only every 64 pauses;
+/// returns whether done() held. Join and an idle worker both wait this way before they sleep.
+template <class Done>
+bool spin_until(std::chrono::microseconds spin, const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + spin;
+  while (!done()) {
+    for (int i = 0; i < 64; ++i) {
+      spin_pause();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return done();
+    }
+  }
+  return true;
+}
+
 /// How long join spins before it sleeps: 100 us by default, about two wake-ups of an idle vCPU
 /// here.
 std::atomic<std::int64_t> g_join_spin_us{100};
@@ -59,15 +75,7 @@ void PooledJob::join() {
   // a few lookups from its end. Sleeping on the condition variable would charge the batch a
   // wake-up of the caller's thread after that: 55 us here (a KVM guest whose idle vCPU halts),
   // twice the last range itself. So spin first, for about as long as a wake-up costs.
-  const auto deadline = std::chrono::steady_clock::now() + join_spin();
-  while (!state_->done.load(std::memory_order_acquire)) {
-    for (int i = 0; i < 64; ++i) {
-      spin_pause();
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      break;
-    }
-  }
+  spin_until(join_spin(), [&] { return state_->done.load(std::memory_order_acquire); });
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (!state_->done.load(std::memory_order_relaxed)) {
     g_join_sleeps.fetch_add(1, std::memory_order_relaxed);
@@ -131,15 +139,8 @@ void worker_loop(Pool* pool) {
         may_spin = false;
         ++pool->spinning;
         lock.unlock();
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-        while (pool->queued.load(std::memory_order_acquire) == 0) {
-          for (int i = 0; i < 64; ++i) {
-            spin_pause();
-          }
-          if (std::chrono::steady_clock::now() >= deadline) {
-            break;
-          }
-        }
+        spin_until(std::chrono::microseconds(spin_us),
+                   [&] { return pool->queued.load(std::memory_order_acquire) != 0; });
         lock.lock();
         --pool->spinning;
         if (!pool->jobs.empty()) {
@@ -296,6 +297,10 @@ void set_pool_idle_spin(std::chrono::microseconds spin) {
     throw InvalidArgument("worker spin " + std::to_string(spin.count()) + " us: expected 0 to " +
                           std::to_string(kMaxWorkerSpinUs));
   }
+  restore_pool_idle_spin(spin);
+}
+
+void restore_pool_idle_spin(std::chrono::microseconds spin) noexcept {
   g_idle_spin_us.store(spin.count(), std::memory_order_relaxed);
 }
 

@@ -72,6 +72,24 @@ void set_pool_idle_spin(std::chrono::microseconds spin);
 /// The environment's value (kDefaultWorkerSpinUs when unset or empty); throws InvalidArgument.
 std::int64_t worker_spin_from_environment();
 
+/// Puts back a value pool_idle_spin returned, unchecked (it was in range then), so that a
+/// destructor can call it.
+void restore_pool_idle_spin(std::chrono::microseconds spin) noexcept;
+
+/// Sets the idle spin for one scope and puts the old value back (tests, `bench`).
+class ScopedIdleSpin {
+ public:
+  explicit ScopedIdleSpin(std::chrono::microseconds spin) : old_(pool_idle_spin()) {
+    set_pool_idle_spin(spin);
+  }
+  ScopedIdleSpin(const ScopedIdleSpin&) = delete;
+  ScopedIdleSpin& operator=(const ScopedIdleSpin&) = delete;
+  ~ScopedIdleSpin() { restore_pool_idle_spin(old_); }
+
+ private:
+  std::chrono::microseconds old_;
+};
+
 /// How long a parked thread waits for work before it ends (10 s by default; tests shorten it).
 std::chrono::milliseconds pool_idle_exit();
 void set_pool_idle_exit(std::chrono::milliseconds idle);

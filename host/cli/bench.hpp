@@ -172,6 +172,10 @@ struct PoolWake {
 /// Measures PoolWake over `trials` wake-ups of a parked pool thread.
 PoolWake measure_pool_wake(int trials);
 
+/// How long a caller works before a pool worker that has just finished has surely parked: its
+/// idle spin plus 50 us. The wake-up measurement and the bench's parked rows pause this long.
+std::chrono::microseconds park_pause();
+
 /// Keeps the calling thread busy for `pause`, as a runtime's own work between two batches does
 /// (a sleeping caller would add its own wake-up).
 void busy_wait(std::chrono::microseconds pause);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,22 +154,6 @@ void print_context(const Workload& workload, const CpuBenchContext& c, bool json
       "before it parks\n",
       c.wake.caller_us, c.wake.worker_us, static_cast<long long>(c.worker_spin_us));
 }
-
-/// The pool's idle spin set for one bench run (a negative value keeps the pool's), and put back.
-class PoolSpinFor {
- public:
-  explicit PoolSpinFor(std::int64_t spin_us) : old_(detail::pool_idle_spin()) {
-    if (spin_us >= 0) {
-      detail::set_pool_idle_spin(std::chrono::microseconds(spin_us));
-    }
-  }
-  PoolSpinFor(const PoolSpinFor&) = delete;
-  PoolSpinFor& operator=(const PoolSpinFor&) = delete;
-  ~PoolSpinFor() { detail::set_pool_idle_spin(old_); }
-
- private:
-  std::chrono::microseconds old_;
-};
 
 void print_rows(const std::vector<BenchRow>& rows, bool json, const MemoryLimit* limit) {
   for (const BenchRow& row : rows) {
@@ -336,7 +321,10 @@ void add_bench_command(CLI::App& app) {
       CpuBenchContext context;
       context.huge_page_hashes = options->hash_pages == "2m";
       context.hot_hashes = options->hashes == "hot";
-      const PoolSpinFor spin(options->worker_spin_us);
+      std::optional<detail::ScopedIdleSpin> spin;  // the pool's own unless given
+      if (options->worker_spin_us >= 0) {
+        spin.emplace(std::chrono::microseconds(options->worker_spin_us));
+      }
       context.worker_spin_us = detail::pool_idle_spin().count();
       const std::vector<BenchRow> rows =
           run_cpu_bench(workload, options->requests, options->batch, options->min_seconds, context);

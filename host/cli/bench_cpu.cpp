@@ -16,7 +16,6 @@
 #include "host/block_index_table.hpp"
 #include "host/cli/bench.hpp"
 #include "host/cli/bench_turns.hpp"
-#include "host/worker_pool.hpp"
 #include "prefixhit/detail/index_capacity.hpp"
 
 namespace prefixhit::cli {
@@ -258,7 +257,7 @@ std::vector<BenchRow> run_cpu_bench(const Workload& workload, std::int64_t reque
   // host, other work runs on the idle core). Pauses are outside the timing. The rows take turns
   // (time_rows), so the two-thread speed-ups compare calls timed in the same minutes.
   enum class Pause { none, busy, sleep };
-  const auto pause = detail::pool_idle_spin() + std::chrono::microseconds(50);
+  const auto pause = park_pause();
   struct BatchRow {
     const char* op;
     int threads;

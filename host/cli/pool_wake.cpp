@@ -22,6 +22,10 @@ void busy_wait(std::chrono::microseconds pause) {
   }
 }
 
+std::chrono::microseconds park_pause() {
+  return detail::pool_idle_spin() + std::chrono::microseconds(50);
+}
+
 PoolWake measure_pool_wake(int trials) {
   using Clock = std::chrono::steady_clock;
   const auto us = [](Clock::duration d) {
@@ -32,7 +36,7 @@ PoolWake measure_pool_wake(int trials) {
   for (int t = 0; t < trials; ++t) {
     // As between two scheduler steps: the worker has finished, spun for work and parked; the
     // caller works on.
-    busy_wait(detail::pool_idle_spin() + std::chrono::microseconds(50));
+    busy_wait(park_pause());
     std::atomic<bool> started{false};
     Clock::time_point started_at;
     const auto begin = Clock::now();

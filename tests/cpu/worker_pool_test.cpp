@@ -175,26 +175,12 @@ TEST(WorkerPool, AJoinSpinsBeforeItSleeps) {
   EXPECT_EQ(detail::pool_join_sleeps(), sleeps + 1);
 }
 
-/// Sets the pool's idle spin for one scope.
-class IdleSpin {
- public:
-  explicit IdleSpin(std::chrono::microseconds spin) : old_(detail::pool_idle_spin()) {
-    detail::set_pool_idle_spin(spin);
-  }
-  IdleSpin(const IdleSpin&) = delete;
-  IdleSpin& operator=(const IdleSpin&) = delete;
-  ~IdleSpin() { detail::set_pool_idle_spin(old_); }
-
- private:
-  std::chrono::microseconds old_;
-};
-
 TEST(WorkerPool, AWorkerSpinningForWorkTakesTheNextJobWithoutAWakeUp) {
   // The worker signals its job done under the pool's lock and counts itself spinning before it
   // lets go of it, so a job submitted right after the join always finds it spinning: with a 1 s
   // spin it takes the job in its spin, on the same thread; with none, it parks and is woken.
   const auto next_job_after_a_join = [](std::chrono::microseconds spin) {
-    const IdleSpin scope(spin);
+    const detail::ScopedIdleSpin scope(spin);
     std::atomic<int> ran{0};
     detail::run_pooled([&] { ++ran; }).join();
     const std::size_t threads = detail::pool_threads();
@@ -208,7 +194,7 @@ TEST(WorkerPool, AWorkerSpinningForWorkTakesTheNextJobWithoutAWakeUp) {
   EXPECT_EQ(next_job_after_a_join(std::chrono::microseconds(0)), 0U);
   // A spin that ends without work parks the thread, which still serves after a wake-up.
   {
-    const IdleSpin scope(std::chrono::milliseconds(5));
+    const detail::ScopedIdleSpin scope(std::chrono::milliseconds(5));
     ASSERT_TRUE(covers_once(1000, 2));
     EXPECT_TRUE(holds_within(std::chrono::seconds(10), [] {
       return detail::pool_parked_threads() == detail::pool_threads();
@@ -240,7 +226,7 @@ TEST(WorkerPool, JobsSubmittedAsASpinEndsAreNeverLost) {
     }
   });
   std::mt19937_64 seed_rng(std::random_device{}());
-  const IdleSpin scope(std::chrono::microseconds(1 + seed_rng() % 50));
+  const detail::ScopedIdleSpin scope(std::chrono::microseconds(1 + seed_rng() % 50));
   std::atomic<int> ran{0};
   std::vector<std::thread> callers;
   constexpr int kJobs = 1000;
