@@ -58,6 +58,14 @@ struct TableLookups {
   /// inserted while that lane was free (most keys) is then found in one round trip to memory.
   void prefetch_home(std::uint64_t hash) const { prefetch_bucket(hash & table.bucket_mask, hash); }
 
+  /// prefetch_home into the L2 only: lookup_stream's first request for a key's lines, a period
+  /// before prefetch_home pulls them (from the L2 by then) into the L1.
+  void prefetch_home_l2(std::uint64_t hash) const {
+    const std::uint64_t bucket = hash & table.bucket_mask;
+    prefetch_l2(table.headers.get() + bucket);
+    prefetch_l2(table.digests.get() + detail::slot_of(bucket, detail::preferred_lane(hash)));
+  }
+
   /// Prefetches a bucket's header and the digest line of the key's preferred lane there: inserts
   /// take that lane first in every bucket of a key's sequence, not only its home.
   void prefetch_bucket(std::uint64_t bucket, std::uint64_t hash) const {
@@ -180,12 +188,21 @@ struct TableLookups {
   static constexpr std::size_t kStreamChunk = 16;
 
   /// Answers the keys key_at(0 .. n-1) (KeyRef) through emit(i, found), in order, as a software
-  /// pipeline over chunks of kStreamChunk keys: in period p chunk p+1 is hashed (its home
-  /// headers and preferred lanes' digest lines prefetched, and chunk p+2's caller digests), chunk
-  /// p's headers are matched on tags and meta words (the first candidate's digest line
-  /// prefetched, the same line for most keys; for a full home bucket with no candidate, the second
-  /// bucket's two lines), and chunk p-1 is compared. A miss needs only the header line (and costs
-  /// one wasted digest line).
+  /// pipeline over chunks of kStreamChunk keys: in period p chunk p+2 is hashed (its home
+  /// headers and preferred lanes' digest lines requested into the L2, and chunk p+3's caller
+  /// digests prefetched), chunk p+1's home lines are pulled into the L1, chunk p's headers are
+  /// matched on tags and meta words (the first candidate's digest line prefetched, the same line
+  /// for most keys; for a full home bucket with no candidate, the second bucket's two lines),
+  /// and chunk p-1 is compared. A miss needs only the header line (and costs one wasted digest
+  /// line).
+  ///
+  /// Why the home lines go to the L2 first: a prefetch into the L1 holds one of its few miss
+  /// buffers (16 on recent x86 cores) for a whole memory round trip, and a chunk's hashing loop
+  /// asks for more lines than that; into the L2 more misses wait at once (the bench's limit
+  /// reads a hit's lines 1.1-1.3x as fast that way), and the pull into the L1 a period later
+  /// mostly hits the L2. On
+  /// the 61.6M-key store single lookups took less time in 11 of 12 pairs (p50 about 4% less;
+  /// docs/perf/cpu.md, twenty-second round).
   ///
   /// Why each stage loops over a chunk instead of all stages running per key: on a table far
   /// larger than the caches a prefetch that finds no free miss buffer holds up retirement, so only
@@ -197,7 +214,7 @@ struct TableLookups {
   template <class KeyAt, class Emit>
   void lookup_stream(std::size_t n, const KeyAt& key_at, const Emit& emit) const {
     constexpr std::size_t kChunk = kStreamChunk;
-    constexpr std::size_t kSlots = 4 * kChunk;  // holds chunks p-1 .. p+1; a power of two
+    constexpr std::size_t kSlots = 4 * kChunk;  // holds chunks p-1 .. p+2; a power of two
     static_assert((kSlots & (kSlots - 1)) == 0, "kSlots must be a power of two");
     std::uint64_t hashes[kSlots];
     std::uint32_t candidates[kSlots];
@@ -210,7 +227,12 @@ struct TableLookups {
         }
         const std::uint64_t hash = hash_of(key_at(k));
         hashes[k % kSlots] = hash;
-        prefetch_home(hash);
+        prefetch_home_l2(hash);
+      }
+    };
+    const auto pull_chunk = [&](std::size_t c) {
+      for (std::size_t k = c * kChunk, e = end_of(c); k < e; ++k) {
+        prefetch_home(hashes[k % kSlots]);
       }
     };
     const auto match_chunk = [&](std::size_t c) {
@@ -232,9 +254,15 @@ struct TableLookups {
       prefetch_digest(key_at(k).digest);
     }
     hash_chunk(0);
+    if (chunks > 1) {
+      hash_chunk(1);
+    }
     for (std::size_t p = 0; p <= chunks; ++p) {
+      if (p + 2 < chunks) {
+        hash_chunk(p + 2);
+      }
       if (p + 1 < chunks) {
-        hash_chunk(p + 1);
+        pull_chunk(p + 1);
       }
       if (p < chunks) {
         match_chunk(p);
