@@ -197,12 +197,11 @@ struct TableLookups {
   /// line).
   ///
   /// Why the home lines go to the L2 first: a prefetch into the L1 holds one of its few miss
-  /// buffers (16 on recent x86 cores) for a whole memory round trip, and a chunk's hashing loop
-  /// asks for more lines than that; into the L2 more misses wait at once (the bench's limit
-  /// reads a hit's lines 1.1-1.3x as fast that way), and the pull into the L1 a period later
-  /// mostly hits the L2. On
-  /// the 61.6M-key store single lookups took less time in 11 of 12 pairs (p50 about 4% less;
-  /// docs/perf/cpu.md, twenty-second round).
+  /// buffers (16 on recent Intel cores) for a whole memory round trip, and a chunk's hashing
+  /// loop asks for 48-64 lines; into the L2 more misses wait at once (the bench's limit reads a
+  /// hit's lines 1.1-1.3x as fast that way), and the pull into the L1 a period later mostly
+  /// hits the L2. Two threads over one at 10.1M keys went from 1.72-1.80x to 1.93-2.00x, and
+  /// 61.6M-key single lookups took about 4% less (docs/perf/cpu.md, twenty-second round).
   ///
   /// Why each stage loops over a chunk instead of all stages running per key: on a table far
   /// larger than the caches a prefetch that finds no free miss buffer holds up retirement, so only

@@ -143,8 +143,8 @@ inline void prefetch(const void* p) {
   __builtin_prefetch(p, 0, 3);
 }
 
-/// Prefetches a line into the L2, not the L1 (`prefetcht2` on x86): a request that far ahead
-/// holds none of the L1's few miss buffers while it waits for memory.
+/// Prefetches a line into the L2, not the L1 (`prefetcht2` on x86), for a request far ahead of
+/// its use: it does not hold one of the L1's few miss buffers for the whole wait (lookup_stream).
 inline void prefetch_l2(const void* p) {
   __builtin_prefetch(p, 0, 1);
 }
