@@ -56,21 +56,17 @@ struct TableLookups {
 
   /// Prefetches a key's home bucket header and its preferred lane's digest line together: a key
   /// inserted while that lane was free (most keys) is then found in one round trip to memory.
-  void prefetch_home(std::uint64_t hash) const { prefetch_bucket(hash & table.bucket_mask, hash); }
-
-  /// prefetch_home into the L2 only: lookup_stream's first request for a key's lines, a period
-  /// before prefetch_home pulls them (from the L2 by then) into the L1.
-  void prefetch_home_l2(std::uint64_t hash) const {
-    const std::uint64_t bucket = hash & table.bucket_mask;
-    prefetch_l2(table.headers.get() + bucket);
-    prefetch_l2(table.digests.get() + detail::slot_of(bucket, detail::preferred_lane(hash)));
+  template <Into kInto = Into::l1>
+  void prefetch_home(std::uint64_t hash) const {
+    prefetch_bucket<kInto>(hash & table.bucket_mask, hash);
   }
 
   /// Prefetches a bucket's header and the digest line of the key's preferred lane there: inserts
   /// take that lane first in every bucket of a key's sequence, not only its home.
+  template <Into kInto = Into::l1>
   void prefetch_bucket(std::uint64_t bucket, std::uint64_t hash) const {
-    prefetch(table.headers.get() + bucket);
-    prefetch(table.digests.get() + detail::slot_of(bucket, detail::preferred_lane(hash)));
+    prefetch<kInto>(table.headers.get() + bucket);
+    prefetch<kInto>(table.digests.get() + detail::slot_of(bucket, detail::preferred_lane(hash)));
   }
 
   /// Matches the home header (in cache) and prefetches the first candidate's digest line. A key
@@ -226,7 +222,7 @@ struct TableLookups {
         }
         const std::uint64_t hash = hash_of(key_at(k));
         hashes[k % kSlots] = hash;
-        prefetch_home_l2(hash);
+        prefetch_home<Into::l2>(hash);
       }
     };
     const auto pull_chunk = [&](std::size_t c) {

@@ -139,14 +139,13 @@ inline bool digest_equal(const BlockDigest& key, const BlockDigest& stored) {
 #endif
 }
 
-inline void prefetch(const void* p) {
-  __builtin_prefetch(p, 0, 3);
-}
-
-/// Prefetches a line into the L2, not the L1 (`prefetcht2` on x86), for a request far ahead of
+/// Where a prefetch puts its line. Into::l2 (`prefetcht2` on x86) is for a request far ahead of
 /// its use: it does not hold one of the L1's few miss buffers for the whole wait (lookup_stream).
-inline void prefetch_l2(const void* p) {
-  __builtin_prefetch(p, 0, 1);
+enum class Into { l1, l2 };
+
+template <Into kInto = Into::l1>
+inline void prefetch(const void* p) {
+  __builtin_prefetch(p, 0, kInto == Into::l1 ? 3 : 1);
 }
 
 /// Prefetches a caller's digest: both of its lines when it straddles two. A digest array from
