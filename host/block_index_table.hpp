@@ -91,6 +91,35 @@ inline std::uint32_t match_tags(const detail::BucketHeader* header, std::uint8_t
 #endif
 }
 
+/// Every tag, spread over the 8 bytes of a word, by the hash's top byte: tag_of tabulated. The
+/// cache-resident lookups are bound by their instructions, and a needle from this table costs a
+/// shift, a load and a shuffle, where tag_of's multiply and SSE2's spread of a byte cost eight.
+struct TagNeedles {
+  std::uint64_t of_top[256];
+};
+
+constexpr TagNeedles make_tag_needles() {
+  TagNeedles t{};
+  for (std::uint64_t top = 0; top < 256; ++top) {
+    t.of_top[top] = 0x0101010101010101ULL * detail::tag_of(top << 56);
+  }
+  return t;
+}
+
+alignas(64) inline constexpr TagNeedles kTagNeedles = make_tag_needles();
+
+/// match_tags(header, tag_of(hash)), with the needle from kTagNeedles.
+inline std::uint32_t match_hash_tag(const detail::BucketHeader* header, std::uint64_t hash) {
+#if defined(__SSE2__)
+  const __m128i needle = _mm_set1_epi64x(static_cast<long long>(kTagNeedles.of_top[hash >> 56]));
+  const __m128i tags = _mm_load_si128(reinterpret_cast<const __m128i*>(header->tags));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(tags, needle))) &
+         detail::kBucketLanes;
+#else
+  return match_tags(header, detail::tag_of(hash));
+#endif
+}
+
 /// The portable twin of candidates_of, lane by lane (tests compare the two).
 inline std::uint32_t candidates_by_lanes(const detail::BucketHeader* header, std::uint8_t tag,
                                          std::uint32_t meta) {

@@ -252,6 +252,36 @@ TEST(IndexSlots, CandidateMatchersAgreeWithALaneByLaneCheck) {
   }
 }
 
+TEST(IndexSlots, TabulatedTagNeedleMatchesLikeTagOf) {
+  // cpu_index::match_hash_tag (the window path's tag match, its needle from kTagNeedles) against
+  // the definition, for every top byte of the hash (all 256 tags' sources) and random low bits,
+  // over headers whose lanes hold that tag, its neighbours and the markers.
+  std::mt19937_64 rng(fresh_seed());
+  BucketHeader bucket{};
+  for (std::uint64_t top = 0; top < 256; ++top) {
+    const std::uint64_t needle = cpu_index::kTagNeedles.of_top[top];
+    for (int byte = 0; byte < 8; ++byte) {
+      ASSERT_EQ(static_cast<std::uint8_t>(needle >> (8 * byte)), tag_of(top << 56)) << top;
+    }
+    for (int trial = 0; trial < 64; ++trial) {
+      const std::uint64_t hash = (top << 56) | (rng() >> 8);
+      const std::uint8_t tag = tag_of(hash);
+      const std::uint8_t palette[] = {tag, static_cast<std::uint8_t>(tag + 1),
+                                      static_cast<std::uint8_t>(tag - 1), kEmptyTag,
+                                      static_cast<std::uint8_t>(rng())};
+      for (auto& t : bucket.tags) {
+        t = palette[rng() % 5];  // the spare bytes too: they must never be reported
+      }
+      std::uint32_t expected = 0;
+      for (int lane = 0; lane < kBucketSlots; ++lane) {
+        expected |= static_cast<std::uint32_t>(bucket.tags[lane] == tag) << lane;
+      }
+      ASSERT_EQ(cpu_index::match_hash_tag(&bucket, hash), expected) << "top byte " << top;
+      ASSERT_EQ(cpu_index::match_tags(&bucket, tag), expected) << "top byte " << top;
+    }
+  }
+}
+
 TEST(IndexSlots, CpuDigestCompareAgreesWithTheWordCompare) {
   // cpu_index::digest_equal (the CPU index's fast path: two 16-byte compares) against the shared
   // word compare, for equal digests and digests that differ in one byte, at every position.

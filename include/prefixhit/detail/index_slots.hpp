@@ -146,10 +146,12 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotKey make_slot_key(const BlockDigest& dige
 }
 
 /// The seeded hash of all 32 digest bytes (as four little-endian words) and the meta word: two
-/// keyed multiplies folded from 128 bits to 64 and xor-ed, then a 64-bit multiply between two
-/// xor-shifts. The final mix costs less than the third 128-bit multiply it replaced (about 4%
-/// of a cache-resident lookup), and without it digests that differ only in a counter word
-/// crowd into some buckets: the high half of k * x barely moves as x steps.
+/// keyed multiplies folded from 128 bits to 64, each over two words, then a third folded multiply
+/// of the two (the first keyed again). The third multiply is also the final mix: without one,
+/// digests that differ only in a counter word crowd into some buckets (the high half of k * x
+/// barely moves as x steps). It takes fewer instructions than the xor-shift-multiply mix it
+/// replaced, in a cache-resident lookup that is bound by its instructions (docs/perf/cpu.md,
+/// twenty-third round).
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w0, std::uint64_t w1,
                                                                  std::uint64_t w2, std::uint64_t w3,
                                                                  std::uint64_t meta,
@@ -161,10 +163,7 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w
   __asm__("" : "+r"(a));
 #endif
   const std::uint64_t b = fold_multiply(w2 ^ secret.k[2] ^ (meta << 32 | meta), w3 ^ secret.k[3]);
-  std::uint64_t h = a ^ b;
-  h ^= h >> 32;
-  h *= secret.k[4];
-  return h ^ (h >> 29);
+  return fold_multiply(a ^ secret.k[4], b);
 }
 
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash(const SlotKey& key,
@@ -186,8 +185,8 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t digest_slot_hash(const BlockDig
 }
 
 /// The 8-bit fingerprint: the top hash byte mapped onto the live range [3, 255], so it is never
-/// the empty, tombstone or busy marker.
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint8_t tag_of(std::uint64_t hash) {
+/// the empty, tombstone or busy marker. (constexpr: the CPU lookups tabulate it by top byte.)
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE constexpr std::uint8_t tag_of(std::uint64_t hash) {
   const std::uint32_t top = static_cast<std::uint32_t>(hash >> 56);
   return static_cast<std::uint8_t>(kFirstLiveTag + ((top * (256U - kFirstLiveTag)) >> 8));
 }
