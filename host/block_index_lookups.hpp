@@ -137,14 +137,15 @@ struct TableLookups {
     const auto match_stage = [&](int k) {
       const std::uint64_t bucket = stage[k].hash & table.bucket_mask;
       const std::uint32_t c = match_hash_tag(headers + bucket, stage[k].hash);
-      stage[k].first = nullptr;
+      const BlockDigest* first = nullptr;
       if (c != 0) {
         const auto lane = static_cast<unsigned>(__builtin_ctz(c));
         if (headers[bucket].metas[lane] == key_at(k).meta) {
-          stage[k].first = table.digests.get() + detail::slot_of(bucket, static_cast<int>(lane));
-          prefetch(stage[k].first);
+          first = table.digests.get() + detail::slot_of(bucket, static_cast<int>(lane));
+          prefetch(first);
         }
       }
+      stage[k].first = first;
     };
     const auto compare_stage = [&](int k) {
       const KeyRef key = key_at(k);
@@ -152,6 +153,12 @@ struct TableLookups {
           stage[k].first != nullptr && digest_equal(*key.digest, *stage[k].first);
       found[k] = first_is_key || full_answer(key, stage[k].hash) ? 0xFF : 0;
     };
+#if defined(__SSE2__)
+    // pack_found reads whole 16-byte groups: zero the group holding found[count] first, so that
+    // its bytes past count read as zero (for 64 keys group 0, which the stages overwrite). One
+    // store: a fill after the stages was a call to memset per window.
+    _mm_store_si128(reinterpret_cast<__m128i*>(found + (count & ~15 & 63)), _mm_setzero_si128());
+#endif
     const int a = std::min(count, kLag);
     const int b = std::min(count, 2 * kLag);
     int k = 0;
@@ -176,12 +183,12 @@ struct TableLookups {
     return pack_found(found, count);
   }
 
-  /// Bit k set iff found[k] (0xFF or 0) is set, for k < count <= 64.
-  static std::uint64_t pack_found(std::uint8_t* found, int count) {
+  /// Bit k set iff found[k] (0xFF or 0) is set, for k < count <= 64. With SSE2, the bytes of
+  /// found's last 16-byte group past count must be zero.
+  static std::uint64_t pack_found(const std::uint8_t* found, int count) {
     std::uint64_t bits = 0;
 #if defined(__SSE2__)
-    const std::ptrdiff_t end = (count + 15) & ~15;           // whole 16-byte groups
-    std::fill(found + count, found + end, std::uint8_t{0});  // the last group's tail
+    const std::ptrdiff_t end = (count + 15) & ~15;  // whole 16-byte groups
     for (std::ptrdiff_t g = 0; g < end; g += 16) {
       const __m128i bytes = _mm_load_si128(reinterpret_cast<const __m128i*>(found + g));
       bits |= static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_movemask_epi8(bytes))) << g;
