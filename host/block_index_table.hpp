@@ -154,14 +154,16 @@ inline std::uint32_t candidates_of(const detail::BucketHeader* header, std::uint
 #endif
 }
 
-/// Whether two digests are equal (all 32 bytes; the meta word is compared apart): two 16-byte
-/// compares on SSE2, else the shared word compare.
+/// Whether a caller's digest equals a table slot's (all 32 bytes; the meta word is compared
+/// apart): two 16-byte compares on SSE2, else the shared word compare. `stored` must be a slot of
+/// a table's digest array, which is 32-byte aligned: its loads fold into the compares (two
+/// instructions fewer per hit on the window path, bound by its instructions).
 inline bool digest_equal(const BlockDigest& key, const BlockDigest& stored) {
 #if defined(__SSE2__)
   const auto* a = reinterpret_cast<const __m128i*>(&key);
   const auto* b = reinterpret_cast<const __m128i*>(&stored);
-  const __m128i eq = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128(a), _mm_loadu_si128(b)),
-                                   _mm_cmpeq_epi8(_mm_loadu_si128(a + 1), _mm_loadu_si128(b + 1)));
+  const __m128i eq = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128(a), _mm_load_si128(b)),
+                                   _mm_cmpeq_epi8(_mm_loadu_si128(a + 1), _mm_load_si128(b + 1)));
   return _mm_movemask_epi8(eq) == 0xFFFF;
 #else
   return detail::slot_key_equal(detail::make_slot_key(key, 0), stored, 0);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <random>
 #include <set>
 #include <vector>
@@ -284,23 +285,27 @@ TEST(IndexSlots, TabulatedTagNeedleMatchesLikeTagOf) {
 
 TEST(IndexSlots, CpuDigestCompareAgreesWithTheWordCompare) {
   // cpu_index::digest_equal (the CPU index's fast path: two 16-byte compares) against the shared
-  // word compare, for equal digests and digests that differ in one byte, at every position.
+  // word compare, for equal digests and digests that differ in one byte, at every position. The
+  // caller's digest lies at every offset 0-32 into a line; the stored one is 32-byte aligned, as a
+  // table slot is.
   std::mt19937_64 rng(fresh_seed());
+  alignas(64) unsigned char caller[64 + sizeof(BlockDigest)];
   for (int trial = 0; trial < 2000; ++trial) {
-    BlockDigest digest;
+    alignas(32) BlockDigest digest;
     for (auto& b : digest.bytes) {
       b = static_cast<std::uint8_t>(rng() % (trial % 2 == 0 ? 256 : 2));
     }
+    const auto* key_digest = new (caller + trial % 33) BlockDigest(digest);
     const SlotKey key = make_slot_key(digest, static_cast<std::uint32_t>(rng()));
-    ASSERT_TRUE(cpu_index::digest_equal(digest, digest));
+    ASSERT_TRUE(cpu_index::digest_equal(*key_digest, digest));
     ASSERT_TRUE(slot_key_equal(key, digest, static_cast<std::uint32_t>(key.meta)));
     for (std::size_t i = 0; i < digest.bytes.size(); ++i) {
-      BlockDigest other = digest;
+      alignas(32) BlockDigest other = digest;
       other.bytes[i] = static_cast<std::uint8_t>(other.bytes[i] ^ (1U << (rng() % 8)));
-      ASSERT_EQ(cpu_index::digest_equal(digest, other),
+      ASSERT_EQ(cpu_index::digest_equal(*key_digest, other),
                 slot_key_equal(key, other, static_cast<std::uint32_t>(key.meta)))
           << "byte " << i;
-      ASSERT_FALSE(cpu_index::digest_equal(digest, other)) << "byte " << i;
+      ASSERT_FALSE(cpu_index::digest_equal(*key_digest, other)) << "byte " << i;
     }
   }
 }
