@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "host/block_index_table.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/detail/index_slots.hpp"
 #include "prefixhit/types.hpp"
 
@@ -120,11 +121,13 @@ struct TableLookups {
   /// needle comes from a table (match_hash_tag) and each answer is a byte, packed into the
   /// result bits at the end: 5% less time from cache than tag_of's arithmetic and a bit set per
   /// key (docs/perf/cpu.md, twenty-third round).
-  template <class KeyAt>
+  ///
+  /// kLag: 8 gives each stage's line time to come from the L3 or memory (12 was slower from
+  /// cache, 16 no better from memory). From the L2 (a table of kShortLagMaxBytes or less) 4 takes
+  /// 3% less time (fewer keys in each window's fill and drain), where a table of 56 MiB took
+  /// 2-3% more with it (docs/perf/cpu.md, twenty-third round).
+  template <int kLag, class KeyAt>
   std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
-    // 4: 3% less time than 8 from cache (fewer keys in the fill and drain), even from L3 or
-    // memory (twenty-third round); 12 slower from cache; 16 no better from memory.
-    constexpr int kLag = 4;
     struct Stage {
       std::uint64_t hash;
       const BlockDigest* first;  // null: the first tag match's meta word differs
@@ -208,6 +211,18 @@ struct TableLookups {
     const std::uint64_t bucket = hash & table.bucket_mask;
     return home_answer(key, hash,
                        candidates_of(table.headers.get() + bucket, detail::tag_of(hash), key.meta));
+  }
+
+  /// The largest table whose windows run their stages 4 keys apart (lookup_window): one whose
+  /// probed lines a lookup finds in the L2 for the most part.
+  static constexpr std::uint64_t kShortLagMaxBytes = std::uint64_t{16} << 20;
+
+  /// lookup_window with the stage distance for this table's size.
+  template <class KeyAt>
+  std::uint64_t lookup_window(int count, const KeyAt& key_at) const {
+    return detail::table_bytes_of_slots(table.slots()) <= kShortLagMaxBytes
+               ? lookup_window<4>(count, key_at)
+               : lookup_window<8>(count, key_at);
   }
 
   /// Keys per stage of lookup_stream. 16 made short lookups (79 keys) faster than the per-key

@@ -1,15 +1,17 @@
 // The window path of a cached BlockIndex (View::probe, lookup_window): it runs a window's keys
-// through three stages (hash, tag match, compare) interleaved a few keys apart, with a prologue
-// and a drain. Every window length from 1 to 64, in both directions and several strides, must
-// answer each key exactly as a plain set does, over a crowded table with full buckets, every run
-// on fresh random keys.
+// through three stages (hash, tag match, compare) interleaved a few keys apart (4 or 8, by the
+// table's size), with a prologue and a drain. Every window length from 1 to 64, in both
+// directions and several strides, must answer each key exactly as a plain set does, over crowded
+// tables with full buckets of both sizes, every run on fresh random keys.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "host/block_index_lookups.hpp"
 #include "prefixhit/block_index.hpp"
+#include "prefixhit/detail/index_capacity.hpp"
 #include "prefixhit/existence.hpp"
 #include "test_support.hpp"
 
@@ -20,13 +22,12 @@ using testing::random_hashes;
 using testing::seed_note;
 using testing::test_seed;
 
-TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASet) {
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE(seed_note(seed));
+/// Every window length, both directions and several strides, over an index whose 600 probed
+/// digests are inserted partly (and some in another namespace), with `filler` more random keys
+/// that are never probed, to crowd a large table.
+void check_every_window_length(const BlockIndexOptions& options, std::size_t filler,
+                               std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  BlockIndexOptions options;
-  options.initial_capacity = 64;  // small and crowded: full buckets and long probe sequences
-  options.max_load_factor = 0.95;
   BlockIndex index(options);
   KeySet set;
   const auto hashes = random_hashes(rng, 600);
@@ -40,6 +41,8 @@ TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASet) {
       index.insert(1, 0, span<const BlockDigest>(&d, 1));
     }
   }
+  const auto crowd = random_hashes(rng, filler);
+  index.insert(0, 0, crowd);
   const BlockIndex::View view = index.view(0);
   const auto n = static_cast<std::int64_t>(hashes.size());
   for (int count = 1; count <= 64; ++count) {
@@ -62,6 +65,31 @@ TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASet) {
       }
     }
   }
+}
+
+TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASet) {
+  // A small, crowded table: full buckets and long probe sequences; its windows run their stages
+  // close together (TableLookups::kShortLagMaxBytes).
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  BlockIndexOptions options;
+  options.initial_capacity = 64;
+  options.max_load_factor = 0.95;
+  check_every_window_length(options, 0, seed);
+}
+
+TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASetOnALargeTable) {
+  // A table over kShortLagMaxBytes, crowded the same way: its windows run their stages farther
+  // apart, a second instantiation of the same pipeline.
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  BlockIndexOptions options;
+  options.initial_capacity = 2 * cpu_index::TableLookups::kShortLagMaxBytes / 37;
+  options.max_load_factor = 0.95;
+  BlockIndex probe_size(options);
+  const std::size_t slots = probe_size.capacity();
+  ASSERT_GT(detail::table_bytes_of_slots(slots), cpu_index::TableLookups::kShortLagMaxBytes);
+  check_every_window_length(options, slots * 9 / 10 - 600, seed);
 }
 
 }  // namespace
