@@ -286,8 +286,9 @@ TEST(IndexSlots, TabulatedTagNeedleMatchesLikeTagOf) {
 TEST(IndexSlots, CpuDigestCompareAgreesWithTheWordCompare) {
   // cpu_index::digest_equal (the CPU index's fast path: two 16-byte compares) against the shared
   // word compare, for equal digests and digests that differ in one byte, at every position. The
-  // caller's digest lies at every offset 0-32 into a line; the stored one is 32-byte aligned, as a
-  // table slot is.
+  // caller's digest lies at each offset a BlockDigest can have in a line (0, 8, ... 56 bytes:
+  // unaligned for 16-byte loads, and from 40 on across two lines); the stored one is 32-byte
+  // aligned, as a table slot is.
   std::mt19937_64 rng(fresh_seed());
   alignas(64) unsigned char caller[64 + sizeof(BlockDigest)];
   for (int trial = 0; trial < 2000; ++trial) {
@@ -295,7 +296,9 @@ TEST(IndexSlots, CpuDigestCompareAgreesWithTheWordCompare) {
     for (auto& b : digest.bytes) {
       b = static_cast<std::uint8_t>(rng() % (trial % 2 == 0 ? 256 : 2));
     }
-    const auto* key_digest = new (caller + trial % 33) BlockDigest(digest);
+    const auto* key_digest =
+        new (caller + alignof(BlockDigest) * static_cast<std::size_t>(trial % 8))
+            BlockDigest(digest);
     const SlotKey key = make_slot_key(digest, static_cast<std::uint32_t>(rng()));
     ASSERT_TRUE(cpu_index::digest_equal(*key_digest, digest));
     ASSERT_TRUE(slot_key_equal(key, digest, static_cast<std::uint32_t>(key.meta)));
