@@ -144,9 +144,9 @@ struct TableLookups {
       const std::uint32_t c = match_hash_tag(headers + bucket, stage[k].hash);
       const BlockDigest* first = nullptr;
       if (c != 0) {
-        const auto lane = static_cast<unsigned>(__builtin_ctz(c));
+        const int lane = __builtin_ctz(c);
         if (headers[bucket].metas[lane] == key_at(k).meta) {
-          first = table.digests.get() + detail::slot_of(bucket, static_cast<int>(lane));
+          first = table.digests.get() + detail::slot_of(bucket, lane);
           prefetch(first);
         }
       }

@@ -111,10 +111,8 @@ alignas(64) inline constexpr TagNeedles kTagNeedles = make_tag_needles();
 /// match_tags(header, tag_of(hash)), with the needle from kTagNeedles.
 inline std::uint32_t match_hash_tag(const detail::BucketHeader* header, std::uint64_t hash) {
 #if defined(__SSE2__)
-  const __m128i needle = _mm_set1_epi64x(static_cast<long long>(kTagNeedles.of_top[hash >> 56]));
-  const __m128i tags = _mm_load_si128(reinterpret_cast<const __m128i*>(header->tags));
-  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(tags, needle))) &
-         detail::kBucketLanes;
+  return detail::match_bucket_needle_sse2(
+      header, _mm_set1_epi64x(static_cast<long long>(kTagNeedles.of_top[hash >> 56])));
 #else
   return match_tags(header, detail::tag_of(hash));
 #endif

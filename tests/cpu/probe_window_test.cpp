@@ -22,13 +22,11 @@ using testing::random_hashes;
 using testing::seed_note;
 using testing::test_seed;
 
-/// Every window length, both directions and several strides, over an index whose 600 probed
-/// digests are inserted partly (and some in another namespace), with `filler` more random keys
-/// that are never probed, to crowd a large table.
-void check_every_window_length(const BlockIndexOptions& options, std::size_t filler,
-                               std::uint64_t seed) {
+/// Every window length, both directions and several strides, over `index` (empty) once 600
+/// probed digests are inserted partly (and some in another namespace), and random keys that are
+/// never probed fill it to `crowd_load` of its capacity (to crowd a large table; 0: none).
+void check_every_window_length(BlockIndex& index, double crowd_load, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  BlockIndex index(options);
   KeySet set;
   const auto hashes = random_hashes(rng, 600);
   for (const BlockDigest& d : hashes) {
@@ -41,8 +39,11 @@ void check_every_window_length(const BlockIndexOptions& options, std::size_t fil
       index.insert(1, 0, span<const BlockDigest>(&d, 1));
     }
   }
-  const auto crowd = random_hashes(rng, filler);
-  index.insert(0, 0, crowd);
+  const auto crowd_keys =
+      static_cast<std::size_t>(static_cast<double>(index.capacity()) * crowd_load);
+  if (crowd_keys > index.size()) {
+    index.insert(0, 0, random_hashes(rng, crowd_keys - index.size()));
+  }
   const BlockIndex::View view = index.view(0);
   const auto n = static_cast<std::int64_t>(hashes.size());
   for (int count = 1; count <= 64; ++count) {
@@ -75,7 +76,8 @@ TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASet) {
   BlockIndexOptions options;
   options.initial_capacity = 64;
   options.max_load_factor = 0.95;
-  check_every_window_length(options, 0, seed);
+  BlockIndex index(options);
+  check_every_window_length(index, 0, seed);
 }
 
 TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASetOnALargeTable) {
@@ -86,10 +88,10 @@ TEST(ProbeWindow, EveryWindowLengthAnswersEachKeyLikeASetOnALargeTable) {
   BlockIndexOptions options;
   options.initial_capacity = 2 * cpu_index::TableLookups::kShortLagMaxBytes / 37;
   options.max_load_factor = 0.95;
-  BlockIndex probe_size(options);
-  const std::size_t slots = probe_size.capacity();
-  ASSERT_GT(detail::table_bytes_of_slots(slots), cpu_index::TableLookups::kShortLagMaxBytes);
-  check_every_window_length(options, slots * 9 / 10 - 600, seed);
+  BlockIndex index(options);
+  ASSERT_GT(detail::table_bytes_of_slots(index.capacity()),
+            cpu_index::TableLookups::kShortLagMaxBytes);
+  check_every_window_length(index, 0.9, seed);
 }
 
 }  // namespace

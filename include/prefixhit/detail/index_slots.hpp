@@ -267,11 +267,16 @@ PREFIXHIT_HD inline std::uint32_t match_bucket_by_lanes(const BucketHeader* head
 }
 
 #if !PREFIXHIT_DEVICE_CODE && defined(__SSE2__)
-/// The CPU fast path of match_bucket: one 16-byte SSE2 compare. Host only.
-inline std::uint32_t match_bucket_sse2(const BucketHeader* header, std::uint8_t tag) {
-  const __m128i needle = _mm_set1_epi8(static_cast<char>(tag));
+/// The lanes whose tag equals the byte that `needle` holds in every position: one 16-byte SSE2
+/// compare. Host only.
+inline std::uint32_t match_bucket_needle_sse2(const BucketHeader* header, __m128i needle) {
   const __m128i tags = _mm_load_si128(reinterpret_cast<const __m128i*>(header->tags));
   return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(tags, needle))) & kBucketLanes;
+}
+
+/// The CPU fast path of match_bucket. Host only.
+inline std::uint32_t match_bucket_sse2(const BucketHeader* header, std::uint8_t tag) {
+  return match_bucket_needle_sse2(header, _mm_set1_epi8(static_cast<char>(tag)));
 }
 #endif
 
