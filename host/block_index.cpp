@@ -115,7 +115,7 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options) : impl_(std::make_uniqu
   }
   impl_->options = options;
   impl_->seed = options.seed != 0 ? options.seed : detail::random_hash_seed();
-  impl_->hash_key = detail::make_hash_key(impl_->seed);
+  impl_->hash_key = detail::checked_hash_key(impl_->seed);
   impl_->max_buckets = detail::max_buckets_for(options.max_capacity);
   impl_->table = allocate_table(detail::buckets_for_slots(
       static_cast<std::uint64_t>(options.initial_capacity), impl_->max_buckets));

@@ -22,7 +22,7 @@ struct GroupKey {
 /// The hash secret, drawn once per process: digests come from requests, so an unseeded hash of
 /// a few bytes lets crafted prompts pile every key into one bucket (quadratic inserts).
 const detail::IndexHashKey& process_hash_key() {
-  static const detail::IndexHashKey key = detail::make_hash_key(detail::random_hash_seed());
+  static const detail::IndexHashKey key = detail::checked_hash_key(detail::random_hash_seed());
   return key;
 }
 

@@ -5,6 +5,8 @@
 #include <exception>
 #include <random>
 
+#include "prefixhit/errors.hpp"
+
 namespace prefixhit::detail {
 
 std::uint64_t random_hash_seed() noexcept {
@@ -16,6 +18,17 @@ std::uint64_t random_hash_seed() noexcept {
     seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   return seed == 0 ? 0x6A09E667F3BCC909ULL : seed;  // zero means "draw one" to the callers
+}
+
+IndexHashKey checked_hash_key(std::uint64_t seed) {
+#if PREFIXHIT_SLOT_HASH_AESNI
+  if (!__builtin_cpu_supports("aes")) {
+    throw Unavailable(
+        "prefixhit was built to hash index keys with AES-NI (PREFIXHIT_X86_AES=ON), and this CPU "
+        "lacks it: rebuild with -DPREFIXHIT_X86_AES=OFF");
+  }
+#endif
+  return make_hash_key(seed);
 }
 
 }  // namespace prefixhit::detail

@@ -68,22 +68,6 @@ TEST(IndexSlots, TagsAreNeverMarkersAndCoverTheLiveRange) {
   EXPECT_EQ(*tags.rbegin(), 255);
 }
 
-TEST(IndexSlots, FoldMultiplyMatchesA128BitProduct) {
-  std::mt19937_64 rng(fresh_seed());
-  for (int i = 0; i < 1000; ++i) {
-    const std::uint64_t a = rng();
-    const std::uint64_t b = rng();
-    // Schoolbook 64x64 -> 128 from 32-bit halves, independent of __int128.
-    const std::uint64_t a_lo = a & 0xFFFFFFFFU, a_hi = a >> 32, b_lo = b & 0xFFFFFFFFU,
-                        b_hi = b >> 32;
-    const std::uint64_t ll = a_lo * b_lo, lh = a_lo * b_hi, hl = a_hi * b_lo, hh = a_hi * b_hi;
-    const std::uint64_t mid = (ll >> 32) + (lh & 0xFFFFFFFFU) + (hl & 0xFFFFFFFFU);
-    const std::uint64_t lo = (ll & 0xFFFFFFFFU) | (mid << 32);
-    const std::uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
-    EXPECT_EQ(fold_multiply(a, b), lo ^ hi);
-  }
-}
-
 TEST(IndexSlots, HashDependsOnEveryDigestBitTheMetaAndTheSeed) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

@@ -390,6 +390,42 @@ TEST(DeviceBlockIndex, DeviceRefAnswersLikeContains) {
   }
 }
 
+__global__ void slot_hashes(detail::IndexHashKey secret, const BlockDigest* keys,
+                            const std::uint32_t* metas, std::size_t n, std::uint64_t* out) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    out[i] = detail::slot_hash(detail::make_slot_key(keys[i], metas[i]), secret);
+  }
+}
+
+// The kernels' slot hash (the S-box form, from the device's copy of the S-box) is the host's:
+// tests/cpu/slot_hash_test.cpp ties the host's to AES-NI.
+TEST(DeviceBlockIndex, SlotHashOnTheDeviceMatchesTheHost) {
+  PREFIXHIT_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("random seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const detail::IndexHashKey secret = detail::make_hash_key(rng());
+  std::vector<BlockDigest> keys;
+  std::vector<std::uint32_t> metas;
+  for (int i = 0; i < 4096; ++i) {
+    keys.push_back(random_digest(rng));
+    metas.push_back(static_cast<std::uint32_t>(rng()));
+  }
+  DeviceArray<BlockDigest> d_keys(keys);
+  DeviceArray<std::uint32_t> d_metas(metas);
+  DeviceArray<std::uint64_t> d_out(keys.size());
+  PREFIXHIT_LAUNCH(slot_hashes, static_cast<unsigned>((keys.size() + 127) / 128), 128, 0, nullptr)
+  (secret, d_keys.get(), d_metas.get(), keys.size(), d_out.get());
+  PREFIXHIT_ASSERT_CUDA(cudaGetLastError());
+  PREFIXHIT_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<std::uint64_t> out = d_out.to_host();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(out[i], detail::slot_hash(detail::make_slot_key(keys[i], metas[i]), secret))
+        << "key " << i;
+  }
+}
+
 TEST(DeviceBlockIndex, AsyncCallsOnAStreamAreOrdered) {
   PREFIXHIT_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(fresh_seed());

@@ -21,6 +21,7 @@
 
 #include "prefixhit/detail/hd.hpp"
 #include "prefixhit/detail/lookup_plan.hpp"
+#include "prefixhit/detail/slot_hash.hpp"
 #include "prefixhit/types.hpp"
 
 #if !PREFIXHIT_DEVICE_CODE && defined(__SSE2__)
@@ -41,12 +42,6 @@ inline constexpr std::uint8_t kTombstoneTag = 0x01;
 /// A GPU inserter claimed the slot and is writing it; never stored by the CPU index.
 inline constexpr std::uint8_t kBusyTag = 0x02;
 inline constexpr std::uint8_t kFirstLiveTag = 0x03;
-
-/// The per-index secret of the hash: derived from the seed, so crafted digests cannot aim at one
-/// bucket without knowing it.
-struct IndexHashKey {
-  std::uint64_t k[5];
-};
 
 /// A key as the slot logic sees it: its digest as four little-endian words and its meta word
 /// (held in 64 bits so that copying a SlotKey never reads a half-written word: a 4-byte store
@@ -108,35 +103,6 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::size_t meta_digest_size(std::uint32_t me
   return digest_size_of_code((meta >> 5) & 3U);
 }
 
-/// splitmix64: expands one seed word into the hash secret.
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-PREFIXHIT_HD inline IndexHashKey make_hash_key(std::uint64_t seed) {
-  IndexHashKey key{};
-  std::uint64_t state = seed;
-  for (int i = 0; i < 5; ++i) {
-    // Odd, and never zero, so no secret word can cancel a multiplication outright.
-    key.k[i] = splitmix64(state) | 1U;
-  }
-  return key;
-}
-
-/// 64x64 -> 128-bit multiply folded to 64 bits (the wyhash/mum mixer).
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t fold_multiply(std::uint64_t a, std::uint64_t b) {
-#if PREFIXHIT_DEVICE_CODE
-  return (a * b) ^ __umul64hi(a, b);
-#else
-  __extension__ typedef unsigned __int128 u128;
-  const u128 product = static_cast<u128>(a) * b;
-  return static_cast<std::uint64_t>(product) ^ static_cast<std::uint64_t>(product >> 64);
-#endif
-}
-
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotKey make_slot_key(const BlockDigest& digest,
                                                          std::uint32_t meta) {
   SlotKey key;
@@ -145,43 +111,18 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE SlotKey make_slot_key(const BlockDigest& dige
   return key;
 }
 
-/// The seeded hash of all 32 digest bytes (as four little-endian words) and the meta word: two
-/// keyed multiplies folded from 128 bits to 64, each over two words, then a third folded multiply
-/// of the two (the first keyed again). The third multiply is also the final mix: without one,
-/// digests that differ only in a counter word crowd into some buckets (the high half of k * x
-/// barely moves as x steps). It takes fewer instructions than the xor-shift-multiply mix it
-/// replaced, in a cache-resident lookup that is bound by its instructions (docs/perf/cpu.md,
-/// twenty-third round).
-PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w0, std::uint64_t w1,
-                                                                 std::uint64_t w2, std::uint64_t w3,
-                                                                 std::uint64_t meta,
-                                                                 const IndexHashKey& secret) {
-  std::uint64_t a = fold_multiply(w0 ^ secret.k[0], w1 ^ secret.k[1]);
-#if !PREFIXHIT_DEVICE_CODE && defined(__GNUC__)
-  // Folds the first product before the second multiply: otherwise GCC reassociates the four
-  // halves' xor and, short of registers in the lookup loops, spills both halves to the stack.
-  __asm__("" : "+r"(a));
-#endif
-  const std::uint64_t b = fold_multiply(w2 ^ secret.k[2] ^ (meta << 32 | meta), w3 ^ secret.k[3]);
-  return fold_multiply(a ^ secret.k[4], b);
-}
-
+/// The slot hash (detail/slot_hash.hpp) of a key.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash(const SlotKey& key,
                                                            const IndexHashKey& secret) {
-  return slot_hash_words(key.w[0], key.w[1], key.w[2], key.w[3], key.meta, secret);
+  return slot_hash_bytes(key.w, static_cast<std::uint32_t>(key.meta), secret);
 }
 
-/// slot_hash of a digest where it lies: its words are loaded one by one, so that the CPU
-/// lookups hash a caller's digest without first copying it into a SlotKey.
+/// slot_hash of a digest where it lies: the CPU lookups hash a caller's digest without first
+/// copying it into a SlotKey.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t digest_slot_hash(const BlockDigest& digest,
                                                                   std::uint32_t meta,
                                                                   const IndexHashKey& secret) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(&digest);  // exactly its 32 bytes
-  std::uint64_t w[4];
-  for (std::size_t i = 0; i < 4; ++i) {
-    std::memcpy(&w[i], bytes + sizeof(w[i]) * i, sizeof(w[i]));
-  }
-  return slot_hash_words(w[0], w[1], w[2], w[3], meta, secret);
+  return slot_hash_bytes(&digest, meta, secret);  // exactly its 32 bytes
 }
 
 /// The 8-bit fingerprint: the top hash byte mapped onto the live range [3, 255], so it is never

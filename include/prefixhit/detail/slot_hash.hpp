@@ -1,0 +1,176 @@
+// The slot hash of the block indexes (detail/index_slots.hpp), written once for the CPU BlockIndex
+// and the CUDA DeviceBlockIndex: three AES encryption rounds over a key's 32 digest bytes and its
+// meta word, keyed by the index's secret.
+//
+//   state = (w0 ^ k0 ^ meta, w1 ^ k1)     the digest's first 16 bytes, whitened
+//   state = aesenc(state, (w2, w3))       its last 16 bytes enter as the first round key
+//   state = aesenc(state, (k2, k3))
+//   state = aesenc(state, (k4, k5))       the hash is the low 64 bits
+//
+// Why AES rounds: a cache-resident lookup is bound by its instructions, and on x86 three AESENC
+// instructions hash a key in about 7 instructions, where the three 64x64->128-bit multiplies
+// before them took about 21 (13% fewer instructions per lookup, 15% less time: docs/perf/cpu.md,
+// twenty-fourth round). Every input byte passes two rounds or more, so each output byte depends
+// on all 32 digest bytes and the meta word (one AES round spreads a byte over its column, two
+// over the state).
+//
+// Where the instruction is missing (a build without -maes, other CPUs, the GPU) the same rounds
+// run from the S-box (aes_enc_round): one definition of the hash, whose AES-NI form is the fast
+// path, checked against it (tests/cpu/slot_hash_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "prefixhit/detail/hd.hpp"
+
+#if !PREFIXHIT_DEVICE_CODE && defined(__AES__)
+#include <wmmintrin.h>
+#define PREFIXHIT_SLOT_HASH_AESNI 1  // CMake option PREFIXHIT_X86_AES (-maes)
+#else
+#define PREFIXHIT_SLOT_HASH_AESNI 0
+#endif
+
+namespace prefixhit::detail {
+
+/// The per-index secret of the hash: derived from the seed, so crafted digests cannot aim at one
+/// bucket without knowing it. k[0..1] whiten the first 16 digest bytes, k[2..5] are the second
+/// and third rounds' keys.
+struct IndexHashKey {
+  std::uint64_t k[6];
+};
+
+/// splitmix64: expands one seed word into the hash secret.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+PREFIXHIT_HD inline IndexHashKey make_hash_key(std::uint64_t seed) {
+  IndexHashKey key{};
+  std::uint64_t state = seed;
+  for (std::uint64_t& word : key.k) {
+    word = splitmix64(state);
+  }
+  return key;
+}
+
+// The AES S-box (FIPS-197, 5.1.1). The device gets its own copy: a namespace-scope constexpr
+// array is host memory to nvcc. tests/cpu/slot_hash_test.cpp derives every entry from its
+// definition (the inverse in GF(2^8), then the affine map).
+// clang-format off
+#define PREFIXHIT_AES_SBOX_BYTES                                                                  \
+  0x63, 0x7c, 0x77, 0x7b, 0xf2, 0x6b, 0x6f, 0xc5, 0x30, 0x01, 0x67, 0x2b, 0xfe, 0xd7, 0xab, 0x76, \
+  0xca, 0x82, 0xc9, 0x7d, 0xfa, 0x59, 0x47, 0xf0, 0xad, 0xd4, 0xa2, 0xaf, 0x9c, 0xa4, 0x72, 0xc0, \
+  0xb7, 0xfd, 0x93, 0x26, 0x36, 0x3f, 0xf7, 0xcc, 0x34, 0xa5, 0xe5, 0xf1, 0x71, 0xd8, 0x31, 0x15, \
+  0x04, 0xc7, 0x23, 0xc3, 0x18, 0x96, 0x05, 0x9a, 0x07, 0x12, 0x80, 0xe2, 0xeb, 0x27, 0xb2, 0x75, \
+  0x09, 0x83, 0x2c, 0x1a, 0x1b, 0x6e, 0x5a, 0xa0, 0x52, 0x3b, 0xd6, 0xb3, 0x29, 0xe3, 0x2f, 0x84, \
+  0x53, 0xd1, 0x00, 0xed, 0x20, 0xfc, 0xb1, 0x5b, 0x6a, 0xcb, 0xbe, 0x39, 0x4a, 0x4c, 0x58, 0xcf, \
+  0xd0, 0xef, 0xaa, 0xfb, 0x43, 0x4d, 0x33, 0x85, 0x45, 0xf9, 0x02, 0x7f, 0x50, 0x3c, 0x9f, 0xa8, \
+  0x51, 0xa3, 0x40, 0x8f, 0x92, 0x9d, 0x38, 0xf5, 0xbc, 0xb6, 0xda, 0x21, 0x10, 0xff, 0xf3, 0xd2, \
+  0xcd, 0x0c, 0x13, 0xec, 0x5f, 0x97, 0x44, 0x17, 0xc4, 0xa7, 0x7e, 0x3d, 0x64, 0x5d, 0x19, 0x73, \
+  0x60, 0x81, 0x4f, 0xdc, 0x22, 0x2a, 0x90, 0x88, 0x46, 0xee, 0xb8, 0x14, 0xde, 0x5e, 0x0b, 0xdb, \
+  0xe0, 0x32, 0x3a, 0x0a, 0x49, 0x06, 0x24, 0x5c, 0xc2, 0xd3, 0xac, 0x62, 0x91, 0x95, 0xe4, 0x79, \
+  0xe7, 0xc8, 0x37, 0x6d, 0x8d, 0xd5, 0x4e, 0xa9, 0x6c, 0x56, 0xf4, 0xea, 0x65, 0x7a, 0xae, 0x08, \
+  0xba, 0x78, 0x25, 0x2e, 0x1c, 0xa6, 0xb4, 0xc6, 0xe8, 0xdd, 0x74, 0x1f, 0x4b, 0xbd, 0x8b, 0x8a, \
+  0x70, 0x3e, 0xb5, 0x66, 0x48, 0x03, 0xf6, 0x0e, 0x61, 0x35, 0x57, 0xb9, 0x86, 0xc1, 0x1d, 0x9e, \
+  0xe1, 0xf8, 0x98, 0x11, 0x69, 0xd9, 0x8e, 0x94, 0x9b, 0x1e, 0x87, 0xe9, 0xce, 0x55, 0x28, 0xdf, \
+  0x8c, 0xa1, 0x89, 0x0d, 0xbf, 0xe6, 0x42, 0x68, 0x41, 0x99, 0x2d, 0x0f, 0xb0, 0x54, 0xbb, 0x16
+// clang-format on
+
+inline constexpr std::uint8_t kAesSbox[256] = {PREFIXHIT_AES_SBOX_BYTES};
+#if defined(__CUDACC__)
+static __device__ const std::uint8_t kAesSboxDevice[256] = {PREFIXHIT_AES_SBOX_BYTES};
+#endif
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t aes_sbox(std::uint32_t byte) {
+#if defined(__CUDA_ARCH__)
+  return kAesSboxDevice[byte];
+#else
+  return kAesSbox[byte];
+#endif
+}
+
+/// An AES state as x86 holds it in a register: bytes 0-15, byte i in row i % 4 of column i / 4;
+/// column c is the little-endian word c.
+struct AesState {
+  std::uint32_t col[4];
+};
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE AesState aes_state_of(std::uint64_t lo, std::uint64_t hi) {
+  return AesState{{static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(lo >> 32),
+                   static_cast<std::uint32_t>(hi), static_cast<std::uint32_t>(hi >> 32)}};
+}
+
+/// Column j after SubBytes and ShiftRows: row r comes from column j + r.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t aes_sub_shift_column(const AesState& s, int j) {
+  return aes_sbox(s.col[j] & 0xFFU) | aes_sbox((s.col[(j + 1) & 3] >> 8) & 0xFFU) << 8 |
+         aes_sbox((s.col[(j + 2) & 3] >> 16) & 0xFFU) << 16 |
+         aes_sbox(s.col[(j + 3) & 3] >> 24) << 24;
+}
+
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t rotate_right(std::uint32_t w, int bits) {
+  return (w >> bits) | (w << (32 - bits));
+}
+
+/// MixColumns of one column: row r becomes 2*a[r] ^ 3*a[r+1] ^ a[r+2] ^ a[r+3] in GF(2^8).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint32_t aes_mix_column(std::uint32_t w) {
+  const std::uint32_t next = rotate_right(w, 8);  // row r holds a[r+1]
+  const std::uint32_t t = w ^ next;
+  const std::uint32_t doubled = ((t & 0x7F7F7F7FU) << 1) ^ (((t >> 7) & 0x01010101U) * 0x1BU);
+  return doubled ^ next ^ rotate_right(w, 16) ^ rotate_right(w, 24);
+}
+
+/// One AES encryption round, as x86's AESENC: SubBytes, ShiftRows, MixColumns, then the round
+/// key. Only the first `columns` columns are computed (the last round needs two).
+template <int kColumns = 4>
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE AesState aes_enc_round(const AesState& s, const AesState& key) {
+  AesState out{};
+  for (int j = 0; j < kColumns; ++j) {
+    out.col[j] = aes_mix_column(aes_sub_shift_column(s, j)) ^ key.col[j];
+  }
+  return out;
+}
+
+/// The definition of the slot hash (above), from the S-box: what the GPU runs, and the CPU
+/// without AES-NI. `meta` is the key's packed meta word.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w0, std::uint64_t w1,
+                                                                 std::uint64_t w2, std::uint64_t w3,
+                                                                 std::uint32_t meta,
+                                                                 const IndexHashKey& secret) {
+  const std::uint64_t meta2 = std::uint64_t{meta} << 32 | meta;
+  AesState s = aes_state_of(w0 ^ secret.k[0] ^ meta2, w1 ^ secret.k[1]);
+  s = aes_enc_round(s, aes_state_of(w2, w3));
+  s = aes_enc_round(s, aes_state_of(secret.k[2], secret.k[3]));
+  s = aes_enc_round<2>(s, aes_state_of(secret.k[4], secret.k[5]));
+  return static_cast<std::uint64_t>(s.col[1]) << 32 | s.col[0];
+}
+
+/// The slot hash of 32 key bytes where they lie (any alignment) and a meta word.
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_bytes(const void* bytes32,
+                                                                 std::uint32_t meta,
+                                                                 const IndexHashKey& secret) {
+#if PREFIXHIT_SLOT_HASH_AESNI
+  const auto* p = static_cast<const __m128i*>(bytes32);
+  const std::uint64_t meta2 = std::uint64_t{meta} << 32 | meta;
+  const auto word = [](std::uint64_t w) { return static_cast<long long>(w); };
+  __m128i s = _mm_xor_si128(_mm_loadu_si128(p),
+                            _mm_set_epi64x(word(secret.k[1]), word(secret.k[0] ^ meta2)));
+  s = _mm_aesenc_si128(s, _mm_loadu_si128(p + 1));
+  s = _mm_aesenc_si128(s, _mm_set_epi64x(word(secret.k[3]), word(secret.k[2])));
+  s = _mm_aesenc_si128(s, _mm_set_epi64x(word(secret.k[5]), word(secret.k[4])));
+  return static_cast<std::uint64_t>(_mm_cvtsi128_si64(s));
+#else
+  const auto* bytes = static_cast<const unsigned char*>(bytes32);
+  std::uint64_t w[4];
+  for (std::size_t i = 0; i < 4; ++i) {
+    std::memcpy(&w[i], bytes + sizeof(w[i]) * i, sizeof(w[i]));
+  }
+  return slot_hash_words(w[0], w[1], w[2], w[3], meta, secret);
+#endif
+}
+
+}  // namespace prefixhit::detail
