@@ -22,6 +22,7 @@ std::uint64_t random_hash_seed() noexcept {
 
 IndexHashKey checked_hash_key(std::uint64_t seed) {
 #if PREFIXHIT_SLOT_HASH_AESNI
+  __builtin_cpu_init();  // an index may be built from a static initializer, before libgcc's
   if (!__builtin_cpu_supports("aes")) {
     throw Unavailable(
         "prefixhit was built to hash index keys with AES-NI (PREFIXHIT_X86_AES=ON), and this CPU "
