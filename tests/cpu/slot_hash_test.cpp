@@ -71,7 +71,11 @@ TEST(SlotHash, SboxIsTheInverseInGf256ThenTheAffineMap) {
       affine = static_cast<std::uint8_t>(affine ^ (b << bit));
     }
     EXPECT_EQ(kAesSbox[x], affine) << "S-box entry " << x;
-    EXPECT_EQ(aes_sbox(static_cast<std::uint32_t>(x)), affine) << "S-box entry " << x;
+    // The round's table: the S-box value times MixColumns' first column (2, 1, 1, 3).
+    const std::uint32_t column = std::uint32_t{gf_multiply(affine, 2)} |
+                                 std::uint32_t{affine} << 8 | std::uint32_t{affine} << 16 |
+                                 std::uint32_t{gf_multiply(affine, 3)} << 24;
+    EXPECT_EQ(aes_t0(static_cast<std::uint32_t>(x)), column) << "table entry " << x;
   }
 }
 
