@@ -7,6 +7,11 @@
 
 #include "prefixhit/errors.hpp"
 
+#if PREFIXHIT_SLOT_HASH_ARM_AES
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace prefixhit::detail {
 
 std::uint64_t random_hash_seed() noexcept {
@@ -21,12 +26,17 @@ std::uint64_t random_hash_seed() noexcept {
 }
 
 IndexHashKey checked_hash_key(std::uint64_t seed) {
+#if PREFIXHIT_SLOT_HASH_AESNI || PREFIXHIT_SLOT_HASH_ARM_AES
 #if PREFIXHIT_SLOT_HASH_AESNI
   __builtin_cpu_init();  // an index may be built from a static initializer, before libgcc's
-  if (!__builtin_cpu_supports("aes")) {
+  const bool has_aes = __builtin_cpu_supports("aes");
+#else
+  const bool has_aes = (getauxval(AT_HWCAP) & HWCAP_AES) != 0;
+#endif
+  if (!has_aes) {
     throw Unavailable(
-        "prefixhit was built to hash index keys with AES-NI (PREFIXHIT_X86_AES=ON), and this CPU "
-        "lacks it: rebuild with -DPREFIXHIT_X86_AES=OFF");
+        "prefixhit was built to hash index keys with the CPU's AES instructions "
+        "(PREFIXHIT_CPU_AES=ON), and this CPU lacks them: rebuild with -DPREFIXHIT_CPU_AES=OFF");
   }
 #endif
   return make_hash_key(seed);

@@ -14,8 +14,8 @@ namespace prefixhit::detail {
 std::uint64_t random_hash_seed() noexcept;
 
 /// make_hash_key(seed), after checking that this CPU runs the slot hash this library was built
-/// for: a build with AES-NI (PREFIXHIT_X86_AES) throws Unavailable on a CPU without it, instead
-/// of stopping on an illegal instruction at the first hash.
+/// for: a build with the CPU's AES instructions (PREFIXHIT_CPU_AES) throws Unavailable on a CPU
+/// without them, instead of stopping on an illegal instruction at the first hash.
 IndexHashKey checked_hash_key(std::uint64_t seed);
 
 }  // namespace prefixhit::detail

@@ -6,7 +6,8 @@ set -euo pipefail
 # cppzmq-dev, libzmq3-dev, libmsgpack-cxx-dev: the event mirror (optional in CMake, built when found).
 debian_packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev googletest libgtest-dev
                  libbenchmark-dev clang cppzmq-dev libzmq3-dev libmsgpack-cxx-dev
-                 libibverbs1 librdmacm1 libnuma1)  # the Mooncake store client needs these, even over TCP
+                 libibverbs1 librdmacm1 libnuma1  # the Mooncake store client needs these, even over TCP
+                 g++-aarch64-linux-gnu qemu-user)  # scripts/check-arm-hash.sh: the aarch64 slot hash
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||

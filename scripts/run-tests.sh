@@ -7,7 +7,8 @@
 #      (clang-format, clang-tidy: scripts/lint.sh);
 #   3. the Python package and its pytest suite;
 #   4. ASan+UBSan and ThreadSanitizer builds of the CPU suites;
-#   5. a short libFuzzer smoke run of each fuzz target;
+#   5. a short libFuzzer smoke run of each fuzz target, and the slot hash's aarch64 path
+#      cross-compiled and run under qemu (scripts/check-arm-hash.sh);
 #   6. CUDA emulation (tools/cuemu, preset `emu`): the kernels and every GPU test run on the CPU,
 #      the GPU conformance run over every public vector folder, three random-schedule runs of
 #      the GPU suites (fresh GPU-vs-CPU differential requests each time) and an ASan+UBSan
@@ -103,6 +104,10 @@ count_cases() {  # adds `prefixhit conformance` "N passed, M failed" lines (FAIL
     if [ "$counted_failures" = 1 ]; then failed=$((failed + m)); fi
   done < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log")
 }
+
+# The slot hash's aarch64 path (AESE/AESMC) and its table form, cross-compiled, under qemu.
+step arm-hash ./scripts/check-arm-hash.sh build/arm-hash
+count_gtest "${log_dir}/arm-hash.log"
 
 step emu cmake --workflow --preset emu
 count_ctest "${log_dir}/emu.log"

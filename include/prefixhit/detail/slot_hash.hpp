@@ -9,14 +9,15 @@
 //
 // Why AES rounds: a cache-resident lookup is bound by its instructions, and on x86 three AESENC
 // instructions hash a key in about 7 instructions, where the three 64x64->128-bit multiplies
-// before them took about 21 (13% fewer instructions per lookup, 15% less time: docs/perf/cpu.md,
+// before them took about 21 (13% fewer instructions per lookup, 14% less time: docs/perf/cpu.md,
 // twenty-fourth round). Every input byte passes two rounds or more, so each output byte depends
 // on all 32 digest bytes and the meta word (one AES round spreads a byte over its column, two
 // over the state).
 //
-// Where the instruction is missing (a build without -maes, other CPUs, the GPU) the same rounds
-// run from a table of the S-box (aes_enc_round): one definition of the hash, whose AES-NI form is
-// the fast path, checked against it (tests/cpu/slot_hash_test.cpp).
+// On aarch64 the crypto extension's AESE and AESMC compute the same rounds. Where neither is built
+// in (PREFIXHIT_CPU_AES=OFF, other CPUs, the GPU) the same rounds run from a table of the S-box
+// (aes_enc_round): one definition of the hash, and the instructions are its fast paths, checked
+// against it (tests/cpu/slot_hash_test.cpp; aarch64 under qemu: scripts/check-arm-hash.sh).
 #pragma once
 
 #include <cstddef>
@@ -25,11 +26,20 @@
 
 #include "prefixhit/detail/hd.hpp"
 
-#if !PREFIXHIT_DEVICE_CODE && defined(__AES__)
+// The CPU's own AES instructions, where the build enables them (CMake option PREFIXHIT_CPU_AES):
+// AES-NI on x86-64 (-maes), the crypto extension's AESE/AESMC on aarch64 (+crypto).
+#if !PREFIXHIT_DEVICE_CODE && defined(__AES__) && (defined(__x86_64__) || defined(__i386__))
 #include <wmmintrin.h>
-#define PREFIXHIT_SLOT_HASH_AESNI 1  // CMake option PREFIXHIT_X86_AES (-maes)
+#define PREFIXHIT_SLOT_HASH_AESNI 1
+#define PREFIXHIT_SLOT_HASH_ARM_AES 0
+#elif !PREFIXHIT_DEVICE_CODE && defined(__aarch64__) && \
+    (defined(__ARM_FEATURE_AES) || defined(__ARM_FEATURE_CRYPTO))
+#include <arm_neon.h>
+#define PREFIXHIT_SLOT_HASH_AESNI 0
+#define PREFIXHIT_SLOT_HASH_ARM_AES 1
 #else
 #define PREFIXHIT_SLOT_HASH_AESNI 0
+#define PREFIXHIT_SLOT_HASH_ARM_AES 0
 #endif
 
 namespace prefixhit::detail {
@@ -148,8 +158,8 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE AesState aes_enc_round(const AesState& s, con
   return out;
 }
 
-/// The definition of the slot hash (above), from the S-box: what the GPU runs, and the CPU
-/// without AES-NI. `meta` is the key's packed meta word.
+/// The definition of the slot hash (above), from the table: what the GPU runs, and a CPU built
+/// without its AES instructions. `meta` is the key's packed meta word.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w0, std::uint64_t w1,
                                                                  std::uint64_t w2, std::uint64_t w3,
                                                                  std::uint32_t meta,
@@ -176,6 +186,19 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_bytes(const void* byt
   s = _mm_aesenc_si128(s, _mm_set_epi64x(word(secret.k[3]), word(secret.k[2])));
   s = _mm_aesenc_si128(s, _mm_set_epi64x(word(secret.k[5]), word(secret.k[4])));
   return static_cast<std::uint64_t>(_mm_cvtsi128_si64(s));
+#elif PREFIXHIT_SLOT_HASH_ARM_AES
+  // AESE xors its key first and has no MixColumns, so AESENC(s, k) is AESMC(AESE(s, 0)) ^ k, and
+  // each round's key folds into the next AESE: AESMC(AESE(s, k)) is AESENC's round on s ^ k.
+  const auto* p = static_cast<const std::uint8_t*>(bytes32);
+  const std::uint64_t meta2 = std::uint64_t{meta} << 32 | meta;
+  const auto pair = [](std::uint64_t lo, std::uint64_t hi) {
+    return vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(lo), vcreate_u64(hi)));
+  };
+  uint8x16_t s = vaesmcq_u8(vaeseq_u8(vld1q_u8(p), pair(secret.k[0] ^ meta2, secret.k[1])));
+  s = vaesmcq_u8(vaeseq_u8(s, vld1q_u8(p + 16)));
+  s = vaesmcq_u8(vaeseq_u8(s, pair(secret.k[2], secret.k[3])));
+  s = veorq_u8(s, pair(secret.k[4], secret.k[5]));
+  return vgetq_lane_u64(vreinterpretq_u64_u8(s), 0);
 #else
   const auto* bytes = static_cast<const unsigned char*>(bytes32);
   std::uint64_t w[4];
