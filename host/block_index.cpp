@@ -275,6 +275,16 @@ void BlockIndex::for_each_key(
   });
 }
 
+const char* BlockIndex::slot_hash_form() noexcept {
+#if PREFIXHIT_SLOT_HASH_AESNI
+  return "aes-ni";
+#elif PREFIXHIT_SLOT_HASH_ARM_AES
+  return "armv8-aes";
+#else
+  return "table";
+#endif
+}
+
 BlockIndex::Layout BlockIndex::layout() const {
   const Impl& impl = live_impl(impl_);
   std::shared_lock<std::shared_mutex> lock(impl.mutex);

@@ -94,6 +94,10 @@ class BlockIndex {
   const BlockIndexOptions& options() const noexcept;
   /// The seed actually in use (options().seed, or the random one drawn for seed 0).
   std::uint64_t hash_seed() const noexcept;
+  /// How this build computes the slot hash (the same hash in every form): "aes-ni" (x86-64),
+  /// "armv8-aes" (aarch64's crypto extension) or "table" (PREFIXHIT_CPU_AES=OFF, or a CPU with
+  /// neither; 3.5x the time of a cache-resident lookup). docs/design/device-index.md.
+  static const char* slot_hash_form() noexcept;
   /// Slots taken by live keys and tombstones (what the load limit counts).
   std::size_t used_slots() const noexcept;
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "prefixhit/block_index.hpp"
 #include "prefixhit/hashing.hpp"
 
 namespace prefixhit::py {
@@ -27,11 +28,13 @@ void bind_gpu_info(nb::module_& m) {
         // The GPU batch engine and the device index need a CUDA build and a visible device.
         info["gpu_available"] = prefixhit::gpu::device_available();
         info["device"] = prefixhit::gpu::describe_device();
+        info["slot_hash"] = prefixhit::BlockIndex::slot_hash_form();
         return info;
       },
       "What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA "
-      "device can be used: BlockIndex(device='cuda') and device-array batches work) and "
-      "'device' (the device, or why there is none).");
+      "device can be used: BlockIndex(device='cuda') and device-array batches work), 'device' "
+      "(the device, or why there is none) and 'slot_hash' (how the CPU index hashes its keys: "
+      "'aes-ni', 'armv8-aes' or 'table').");
 }
 
 void bind_hashing(nb::module_& m) {

@@ -498,6 +498,16 @@ TEST(BlockIndex, SeedZeroDrawsARandomSeed) {
   EXPECT_EQ(BlockIndex(fixed).hash_seed(), 1234U);
 }
 
+TEST(BlockIndex, NamesTheSlotHashFormItWasBuiltWith) {
+#if PREFIXHIT_SLOT_HASH_AESNI
+  EXPECT_STREQ(BlockIndex::slot_hash_form(), "aes-ni");
+#elif PREFIXHIT_SLOT_HASH_ARM_AES
+  EXPECT_STREQ(BlockIndex::slot_hash_form(), "armv8-aes");
+#else
+  EXPECT_STREQ(BlockIndex::slot_hash_form(), "table");
+#endif
+}
+
 TEST(BlockIndex, ConcurrentReadersAndWritersSeeWholeBatches) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("random seed " + std::to_string(seed));

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import platform
 import random
 
 import numpy as np
@@ -124,6 +125,9 @@ def test_build_info_is_consistent() -> None:
     if info["gpu_available"]:
         assert info["cuda"]
     assert isinstance(info["device"], str) and info["device"]
+    # How the CPU index hashes its keys: an instruction of this machine's kind, or the table.
+    forms = {"x86_64": "aes-ni", "AMD64": "aes-ni", "aarch64": "armv8-aes", "arm64": "armv8-aes"}
+    assert info["slot_hash"] in {forms.get(platform.machine(), "table"), "table"}
 
 
 def device_index(pairs: set[tuple[int, bytes]]) -> prefixhit.BlockIndex:
