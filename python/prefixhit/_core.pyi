@@ -545,7 +545,7 @@ def mirror_available() -> bool:
 
 def build_info() -> dict[str, object]:
     """
-    What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work) and 'device' (the device, or why there is none).
+    What this build and machine offer: 'cuda' (built with nvcc), 'gpu_available' (a CUDA device can be used: BlockIndex(device='cuda') and device-array batches work), 'device' (the device, or why there is none) and 'slot_hash' (how the CPU index hashes its keys: 'aes-ni', 'armv8-aes' or 'table').
     """
 
 def hash_prompt(tokens: IntArray, hash_block_size: int, root: bytes | None = None) -> numpy.ndarray:
