@@ -158,14 +158,20 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE AesState aes_enc_round(const AesState& s, con
   return out;
 }
 
+/// The digest's first 8 bytes are xored with this: the first secret word, the meta word in both
+/// halves (the definition above; every form takes it from here).
+PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t first_key_word(std::uint32_t meta,
+                                                                const IndexHashKey& secret) {
+  return secret.k[0] ^ (std::uint64_t{meta} << 32 | meta);
+}
+
 /// The definition of the slot hash (above), from the table: what the GPU runs, and a CPU built
 /// without its AES instructions. `meta` is the key's packed meta word.
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_words(std::uint64_t w0, std::uint64_t w1,
                                                                  std::uint64_t w2, std::uint64_t w3,
                                                                  std::uint32_t meta,
                                                                  const IndexHashKey& secret) {
-  const std::uint64_t meta2 = std::uint64_t{meta} << 32 | meta;
-  AesState s = aes_state_of(w0 ^ secret.k[0] ^ meta2, w1 ^ secret.k[1]);
+  AesState s = aes_state_of(w0 ^ first_key_word(meta, secret), w1 ^ secret.k[1]);
   s = aes_enc_round(s, aes_state_of(w2, w3));
   s = aes_enc_round(s, aes_state_of(secret.k[2], secret.k[3]));
   s = aes_enc_round<2>(s, aes_state_of(secret.k[4], secret.k[5]));
@@ -178,10 +184,9 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_bytes(const void* byt
                                                                  const IndexHashKey& secret) {
 #if PREFIXHIT_SLOT_HASH_AESNI
   const auto* p = static_cast<const __m128i*>(bytes32);
-  const std::uint64_t meta2 = std::uint64_t{meta} << 32 | meta;
   const auto word = [](std::uint64_t w) { return static_cast<long long>(w); };
   __m128i s = _mm_xor_si128(_mm_loadu_si128(p),
-                            _mm_set_epi64x(word(secret.k[1]), word(secret.k[0] ^ meta2)));
+                            _mm_set_epi64x(word(secret.k[1]), word(first_key_word(meta, secret))));
   s = _mm_aesenc_si128(s, _mm_loadu_si128(p + 1));
   s = _mm_aesenc_si128(s, _mm_set_epi64x(word(secret.k[3]), word(secret.k[2])));
   s = _mm_aesenc_si128(s, _mm_set_epi64x(word(secret.k[5]), word(secret.k[4])));
@@ -190,11 +195,11 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::uint64_t slot_hash_bytes(const void* byt
   // AESE xors its key first and has no MixColumns, so AESENC(s, k) is AESMC(AESE(s, 0)) ^ k, and
   // each round's key folds into the next AESE: AESMC(AESE(s, k)) is AESENC's round on s ^ k.
   const auto* p = static_cast<const std::uint8_t*>(bytes32);
-  const std::uint64_t meta2 = std::uint64_t{meta} << 32 | meta;
   const auto pair = [](std::uint64_t lo, std::uint64_t hi) {
     return vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(lo), vcreate_u64(hi)));
   };
-  uint8x16_t s = vaesmcq_u8(vaeseq_u8(vld1q_u8(p), pair(secret.k[0] ^ meta2, secret.k[1])));
+  uint8x16_t s =
+      vaesmcq_u8(vaeseq_u8(vld1q_u8(p), pair(first_key_word(meta, secret), secret.k[1])));
   s = vaesmcq_u8(vaeseq_u8(s, vld1q_u8(p + 16)));
   s = vaesmcq_u8(vaeseq_u8(s, pair(secret.k[2], secret.k[3])));
   s = veorq_u8(s, pair(secret.k[4], secret.k[5]));
