@@ -146,9 +146,10 @@ class LimitBuffer {
   /// Thread CPU ns per read of about `reads` independent random reads, a third issued each way
   /// (Issue): the fastest third's.
   double independent_ns(std::uint64_t reads);
-  /// Thread CPU ns per key of about `passes` passes of a hit's lines over `probed` (0 if empty),
-  /// a third issued each way: the fastest third's.
-  double hit_lines_ns(const std::vector<const BlockDigest*>& probed, std::size_t passes);
+  /// Thread CPU ns per key of a hit's lines read for about `keys` of `probed` (0 if empty), a
+  /// third issued each way, each way its own keys, continuing where the last call stopped: the
+  /// fastest third's.
+  double hit_lines_ns(const std::vector<const BlockDigest*>& probed, std::size_t keys);
   std::uint64_t bytes() const;
   /// What the reads read, so that no read can be optimised away.
   std::uint64_t checksum() const;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,25 +33,37 @@ struct Timing {
 /// The limit's reads in turns with a lookup row's calls. This machine's memory latency moves
 /// by 2x from minute to minute (other tenants share the memory), so a limit measured once, before
 /// the rows, is compared with calls timed under other conditions. Each turn first reads the
-/// limit (about 1 ms of independent reads, then about 1 ms of passes over a hit's lines), then
-/// times the calls for kTurnSeconds; the ratios are taken within a turn.
+/// limit (about 1 ms of independent reads, then a hit's lines for as many keys as the calls
+/// since the last turn probed), then times the calls for kTurnSeconds; the ratios are taken
+/// within a turn.
 struct LimitTurns {
   LimitBuffer* buffer = nullptr;
   const std::vector<const BlockDigest*>* probed = nullptr;
   std::uint64_t independent_reads = 0;  ///< per turn
-  std::size_t hit_line_passes = 0;      ///< per turn
+  std::size_t hit_line_keys = 0;        ///< the first turn's, all ways together
   double keys_per_call = 0;
+  /// Keys the calls since the last limit reads probed: the next turn reads a hit's lines for as
+  /// many keys (continuing through `probed`), so that a key's lines are read again after as much
+  /// other traffic as a lookup's are (RowClock::turn adds, read_limit takes).
+  mutable double probed_since_limit = 0;
   /// Calls per turn long enough that refilling the caches after the limit's reads is small.
   static constexpr double kTurnSeconds = 0.01;
+  /// The fewest keys a turn reads a hit's lines for (a third each way).
+  static constexpr std::size_t kMinHitLineKeys = std::size_t{3} * 1024;
 
   LimitTurns(LimitBuffer& b, const std::vector<const BlockDigest*>& keys, const MemoryLimit& l)
       : buffer(&b), probed(&keys) {
     constexpr double kReadSeconds = 1e-3;
     independent_reads =
         static_cast<std::uint64_t>(kReadSeconds * 1e9 / std::max(l.independent_ns(), 0.1));
-    if (!keys.empty()) {  // no keys: no hit-line passes, and no x_hit_lines column
-      const double pass_ns = static_cast<double>(keys.size()) * std::max(l.hit_lines_ns(), 0.1);
-      hit_line_passes = static_cast<std::size_t>(std::ceil(kReadSeconds * 1e9 / pass_ns));
+    // The first turn reads about 1 ms of a hit's lines; later turns as many keys as the calls
+    // before them probed. Whole passes over the keys, as before the twenty-fifth round, took
+    // about 100 ms per turn at 61.6M keys (276K keys, three ways), and the calls after them ran
+    // 1.5x as long as calls with no turns (docs/perf/cpu.md).
+    if (!keys.empty()) {  // no keys: no hit-line reads, and no x_hit_lines column
+      hit_line_keys = std::max<std::size_t>(
+          kMinHitLineKeys,
+          static_cast<std::size_t>(kReadSeconds * 1e9 / std::max(l.hit_lines_ns(), 0.1)));
     }
   }
 };
@@ -106,6 +117,8 @@ class RowClock {
     turns_elapsed_ += turn_elapsed;
     cpu_seconds_ += turn_cpu;
     if (turns != nullptr && turns->keys_per_call > 0) {
+      turns->probed_since_limit +=
+          static_cast<double>(samples_.size() - calls_before) * turns->keys_per_call;
       const double ns_per_key =
           turn_cpu * 1e9 /
           (static_cast<double>(samples_.size() - calls_before) * turns->keys_per_call);
@@ -146,8 +159,15 @@ inline std::pair<double, double> read_limit(LimitTurns* turns) {
   if (turns == nullptr) {
     return {0.0, 0.0};
   }
+  std::size_t keys = turns->hit_line_keys;
+  if (turns->probed_since_limit > 0) {
+    // At most about 10 ms of reads (ten times the first turn's).
+    keys = std::clamp(static_cast<std::size_t>(turns->probed_since_limit),
+                      LimitTurns::kMinHitLineKeys, 10 * turns->hit_line_keys);
+  }
+  turns->probed_since_limit = 0;
   return {turns->buffer->independent_ns(turns->independent_reads),
-          turns->buffer->hit_lines_ns(*turns->probed, turns->hit_line_passes)};
+          turns->buffer->hit_lines_ns(*turns->probed, keys)};
 }
 
 /// Calls `op` for at least min_seconds after one warm-up call (RowClock). With `turns`, the

@@ -122,18 +122,19 @@ double independent_reads(Issue issue, const Line* line, std::uint64_t lines, std
   });
 }
 
-/// Independent reads of a hit's lines for every probed key: its caller digest (at its own
-/// address, so its page walks count too; both lines when it straddles two) and two lines of the
-/// buffer (header, digest) that its digest picks, as the index's hash does: a key reads the same
-/// lines on every pass, so they stay in cache exactly as often as the lookup's. `passes` passes
-/// over the keys in order; returns the thread CPU ns per key and adds what it read to `sum`.
-/// Prefetched: a key's digest is prefetched 2 x kReadAhead keys before its read and its buffer
-/// lines kReadAhead keys before (their addresses need the digest).
+/// Independent reads of a hit's lines for probed keys: its caller digest (at its own address, so
+/// its page walks count too; both lines when it straddles two) and two lines of the buffer
+/// (header, digest) that its digest picks, as the index's hash does: a key reads the same lines
+/// on every pass, so they stay in cache exactly as often as the lookup's. Reads `total` keys in
+/// lookup order from probed[first], wrapping round; returns the thread CPU ns per key and adds
+/// what it read to `sum`. Prefetched: a key's digest is prefetched 2 x kReadAhead keys before
+/// its read and its buffer lines kReadAhead keys before (their addresses need the digest).
 template <Issue issue>
 double hit_line_reads(const Line* line, std::uint64_t lines,
-                      const std::vector<const BlockDigest*>& probed, std::size_t passes,
-                      std::uint64_t& sum) {
+                      const std::vector<const BlockDigest*>& probed, std::size_t first,
+                      std::size_t total, std::uint64_t& sum) {
   const std::size_t n = probed.size();
+  const auto key_at = [&](std::size_t i) { return probed[(first + i) % n]; };
   const auto lines_of = [&](const BlockDigest* key, std::uint64_t* at) {
     std::uint64_t w[2];
     std::memcpy(w, key->bytes.data(), sizeof(w));
@@ -141,12 +142,11 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
     at[1] = line_index(w[1], lines);
   };
   std::uint64_t local = 0;
-  // Passes over the keys in lookup order, as the bench cycles through its requests.
+  // The keys in lookup order, as the bench cycles through its requests.
   const double start = thread_cpu_seconds();
-  const std::size_t total = passes * n;
   if constexpr (issue == Issue::loads) {
     for (std::size_t i = 0; i < total; ++i) {
-      const BlockDigest* key = probed[i % n];
+      const BlockDigest* key = key_at(i);
       std::uint64_t at[2];
       lines_of(key, at);
       local += key->bytes[31] + line[at[0]].pad[0] + line[at[1]].pad[0];
@@ -162,20 +162,20 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
     };
     std::uint64_t ring[kReadAhead][2];  // the buffer lines of the keys kReadAhead ahead
     for (std::size_t i = 0; i < std::min<std::size_t>(2 * kReadAhead, total); ++i) {
-      prefetch_digest(probed[i % n]);
+      prefetch_digest(key_at(i));
     }
     for (std::size_t i = 0; i < std::min<std::size_t>(kReadAhead, total); ++i) {
-      lines_of(probed[i % n], ring[i % kReadAhead]);
+      lines_of(key_at(i), ring[i % kReadAhead]);
       prefetch_lines(ring[i % kReadAhead]);
     }
     for (std::size_t i = 0; i < total; ++i) {
       std::uint64_t* at = ring[i % kReadAhead];
-      local += probed[i % n]->bytes[31] + line[at[0]].pad[0] + line[at[1]].pad[0];
+      local += key_at(i)->bytes[31] + line[at[0]].pad[0] + line[at[1]].pad[0];
       if (i + 2 * kReadAhead < total) {
-        prefetch_digest(probed[(i + 2 * kReadAhead) % n]);
+        prefetch_digest(key_at(i + 2 * kReadAhead));
       }
       if (i + kReadAhead < total) {  // the slot just read now holds key i + kReadAhead
-        lines_of(probed[(i + kReadAhead) % n], at);
+        lines_of(key_at(i + kReadAhead), at);
         prefetch_lines(at);
       }
     }
@@ -186,10 +186,10 @@ double hit_line_reads(const Line* line, std::uint64_t lines,
 }
 
 double hit_line_reads(Issue issue, const Line* line, std::uint64_t lines,
-                      const std::vector<const BlockDigest*>& probed, std::size_t passes,
-                      std::uint64_t& sum) {
+                      const std::vector<const BlockDigest*>& probed, std::size_t first,
+                      std::size_t total, std::uint64_t& sum) {
   return with_issue(issue, [&](auto way) {
-    return hit_line_reads<decltype(way)::value>(line, lines, probed, passes, sum);
+    return hit_line_reads<decltype(way)::value>(line, lines, probed, first, total, sum);
   });
 }
 
@@ -213,7 +213,8 @@ struct LimitBuffer::Buffer {
   std::unique_ptr<Line, FreeDeleter> memory;
   std::uint64_t lines = 0;
   std::uint64_t seed = 0;
-  std::uint64_t turn = 0;  // varies the independent reads' addresses from turn to turn
+  std::uint64_t turn = 0;    // varies the independent reads' addresses from turn to turn
+  std::size_t next_key = 0;  // where the next turn's reads of a hit's lines start in `probed`
   std::uint64_t sum = 0;
 };
 
@@ -289,15 +290,19 @@ double LimitBuffer::independent_ns(std::uint64_t reads) {
       .fastest();
 }
 
-double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed,
-                                 std::size_t passes) {
+double LimitBuffer::hit_lines_ns(const std::vector<const BlockDigest*>& probed, std::size_t keys) {
   Buffer& b = *buffer_;
-  if (probed.empty() || passes == 0) {
+  if (probed.empty() || keys == 0) {
     return 0;
   }
-  passes = std::max<std::size_t>(1, passes / kIssues);  // a third each way
+  // A third each way, each way its own keys: a way that read the keys the one before it had
+  // just read would find their lines in cache, which the lookups (each key last read a cycle of
+  // requests ago) do not.
+  const std::size_t per_way = std::max<std::size_t>(1, keys / kIssues);
   return each_way([&](Issue issue) {
-           return hit_line_reads(issue, b.memory.get(), b.lines, probed, passes, b.sum);
+           const std::size_t first = b.next_key;
+           b.next_key = (b.next_key + per_way) % probed.size();
+           return hit_line_reads(issue, b.memory.get(), b.lines, probed, first, per_way, b.sum);
          })
       .fastest();
 }
@@ -326,8 +331,9 @@ MemoryLimit LimitBuffer::measure(const std::vector<const BlockDigest*>& probed) 
   const Issue fastest = limit.independent.fastest_issue();
   if (!probed.empty()) {
     const std::size_t passes = std::max<std::size_t>(1, 700'000 / probed.size());
-    limit.hit_lines = each_way(
-        [&](Issue issue) { return hit_line_reads(issue, line, b.lines, probed, passes, b.sum); });
+    limit.hit_lines = each_way([&](Issue issue) {
+      return hit_line_reads(issue, line, b.lines, probed, 0, passes * probed.size(), b.sum);
+    });
   }
   std::atomic<int> ready{0};
   std::uint64_t sums[2] = {0, 0};
