@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,12 +102,23 @@ TEST(IntegerHelpers, PowerOfTwoShortcutsMatchDivision) {
       const auto a = static_cast<std::int64_t>(rng() >> (rng() % 64)) * (rng() % 2 == 0 ? 1 : -1);
       const std::int64_t q = python_div(a, b);
       ASSERT_EQ(detail::floor_div(a, b), q) << a << " // " << b;
-      ASSERT_EQ(detail::floor_mod(a, b), a - q * b) << a << " % " << b;
+      // a - q * b in wrapping arithmetic: the product may overflow where the remainder fits.
+      const auto r =
+          static_cast<std::int64_t>(static_cast<std::uint64_t>(a) -
+                                    static_cast<std::uint64_t>(q) * static_cast<std::uint64_t>(b));
+      ASSERT_EQ(detail::floor_mod(a, b), r) << a << " % " << b;
       ASSERT_EQ(detail::ceil_div(a, b), -python_div(-a, b)) << a << " / " << b;
     }
   }
   EXPECT_EQ(detail::floor_div(-5, -2), 2);  // a negative divisor keeps the division
   EXPECT_EQ(detail::floor_mod(5, -2), -1);
+  // -(2^63 - 1) = -4 * (2^61 + 1) + 5, where -4 * (2^61 + 1) itself overflows (found by UBSan on
+  // a fresh seed); and INT64_MIN % -1, which traps.
+  const std::int64_t big = (std::int64_t{1} << 61) + 1;
+  EXPECT_EQ(detail::floor_div(std::numeric_limits<std::int64_t>::min() + 1, big), -4);
+  EXPECT_EQ(detail::floor_mod(std::numeric_limits<std::int64_t>::min() + 1, big), 5);
+  EXPECT_EQ(detail::floor_mod(std::numeric_limits<std::int64_t>::min(), -1), 0);
+  EXPECT_EQ(detail::floor_mod(-7, -1), 0);
 }
 
 TEST(Validation, RejectsEachRuleWithANamedField) {

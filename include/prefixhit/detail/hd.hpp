@@ -91,7 +91,13 @@ PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t floor_mod(std::int64_t a, std::i
   if (is_pow2(b)) {
     return a & (b - 1);  // two's complement: the non-negative remainder, as Python's
   }
-  return a - floor_div(a, b) * b;
+  // From the remainder, not a - floor_div(a, b) * b: that product overflows where the result
+  // fits (a near -2^63, b near 2^61). r + b cannot overflow: r and b then differ in sign.
+  if (b == -1) {
+    return 0;  // INT64_MIN % -1 traps
+  }
+  const std::int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
 PREFIXHIT_HD PREFIXHIT_FORCEINLINE std::int64_t min64(std::int64_t a, std::int64_t b) {
