@@ -45,7 +45,7 @@ struct LimitTurns {
   /// Keys the calls since the last limit reads probed: the next turn reads a hit's lines for as
   /// many keys (continuing through `probed`), so that a key's lines are read again after as much
   /// other traffic as a lookup's are (RowClock::turn adds, read_limit takes).
-  mutable double probed_since_limit = 0;
+  double probed_since_limit = 0;
   /// Calls per turn long enough that refilling the caches after the limit's reads is small.
   static constexpr double kTurnSeconds = 0.01;
   /// The fewest keys a turn reads a hit's lines for (a third each way).
@@ -84,7 +84,7 @@ class RowClock {
   /// time is taken off the CPU time too (on a quiet machine the two agree), less the seconds it
   /// returns, if it returns any: the time it slept, when no CPU time passed.
   template <class Op, class Prepare>
-  void turn(const Op& op, const Prepare& prepare, double seconds, const LimitTurns* turns,
+  void turn(const Op& op, const Prepare& prepare, double seconds, LimitTurns* turns,
             double independent_ns, double hit_lines_ns) {
     using clock = std::chrono::steady_clock;
     const std::size_t calls_before = samples_.size();
@@ -117,11 +117,10 @@ class RowClock {
     turns_elapsed_ += turn_elapsed;
     cpu_seconds_ += turn_cpu;
     if (turns != nullptr && turns->keys_per_call > 0) {
-      turns->probed_since_limit +=
+      const double keys =
           static_cast<double>(samples_.size() - calls_before) * turns->keys_per_call;
-      const double ns_per_key =
-          turn_cpu * 1e9 /
-          (static_cast<double>(samples_.size() - calls_before) * turns->keys_per_call);
+      turns->probed_since_limit += keys;
+      const double ns_per_key = turn_cpu * 1e9 / keys;
       t_.pct_of_independent.push_back(100.0 * independent_ns / ns_per_key);
       t_.independent_ns.push_back(independent_ns);
       if (hit_lines_ns > 0) {
